@@ -1,0 +1,1 @@
+"""Kafka connectors: the event-log source and the OpenLineage sink."""

@@ -1,0 +1,1 @@
+"""The event log: its record contract, stores, writer API, tailer and publisher."""

@@ -1,0 +1,257 @@
+"""Avro single-object encoding of the event-log records (fastavro).
+
+Layout: magic ``C3 01``, the 8-byte little-endian CRC-64-AVRO fingerprint of the
+writer schema, then the Avro body. Decoding finds the writer schema by its
+fingerprint (current schemas and every historical version under ``avro/history``)
+and resolves it to the current reader schema, so older records still decode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+
+from connectors.eventlog.records import (
+    DatasetDeclared,
+    Direction,
+    Record,
+    RunEnded,
+    RunError,
+    RunRef,
+    RunStarted,
+    RunStatus,
+)
+from olstream.errors import DecodeError
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+RECORD_NAMES = ("RunStarted", "DatasetDeclared", "RunEnded")
+
+
+def schema_dir() -> Path:
+    """The folder holding the `.avsc` files: inside the wheel, or at the top of a source tree."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "olstream" / "avro", here.parents[2] / "avro"):
+        if (candidate / "RunStarted.avsc").is_file():
+            return candidate
+    raise FileNotFoundError("the avro/ schema folder is not installed next to olstream")
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSchema:
+    record_name: str
+    fingerprint: bytes
+    parsed: dict[str, Any]
+    source: str
+
+
+def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    parsed = parse_schema(raw, _write_hint=False)
+    fp = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16).to_bytes(8, "little")
+    return str(raw["name"]), parsed, fp
+
+
+@cache
+def current_schemas() -> dict[str, WriterSchema]:
+    """Record name -> the current (reader and writer) schema."""
+    out: dict[str, WriterSchema] = {}
+    for name in RECORD_NAMES:
+        path = schema_dir() / f"{name}.avsc"
+        rec, parsed, fp = _load(path)
+        out[rec] = WriterSchema(rec, fp, parsed, path.name)
+    return out
+
+
+@cache
+def known_writer_schemas() -> dict[bytes, WriterSchema]:
+    """Fingerprint -> writer schema, for the current schemas and every historical version."""
+    out = {ws.fingerprint: ws for ws in current_schemas().values()}
+    history = schema_dir() / "history"
+    if history.is_dir():
+        for path in sorted(history.glob("*.avsc")):
+            rec, parsed, fp = _load(path)
+            out.setdefault(fp, WriterSchema(rec, fp, parsed, f"history/{path.name}"))
+    return out
+
+
+def fingerprint_of(record_name: str) -> bytes:
+    return current_schemas()[record_name].fingerprint
+
+
+def _ref_to_avro(ref: RunRef | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {
+        "engine_run_id": ref.engine_run_id,
+        "namespace": ref.namespace,
+        "workflow_type": ref.workflow_type,
+        "workflow_version": ref.workflow_version,
+        "workflow_instance": ref.workflow_instance,
+        "start_time": ref.start_time,
+    }
+
+
+def _ref_from_avro(d: dict[str, Any] | None) -> RunRef | None:
+    if d is None:
+        return None
+    return RunRef(
+        engine_run_id=d["engine_run_id"],
+        namespace=d.get("namespace"),
+        workflow_type=d.get("workflow_type"),
+        workflow_version=d.get("workflow_version"),
+        workflow_instance=d.get("workflow_instance"),
+        start_time=d.get("start_time"),
+    )
+
+
+def to_avro_dict(record: Record) -> dict[str, Any]:
+    """The record as the dict fastavro writes."""
+    if isinstance(record, RunStarted):
+        return {
+            "partition": record.partition,
+            "offset": record.offset,
+            "append_time": record.append_time,
+            "engine_run_id": record.engine_run_id,
+            "task_id": record.task_id,
+            "namespace": record.namespace,
+            "workflow_type": record.workflow_type,
+            "workflow_version": record.workflow_version,
+            "workflow_instance": record.workflow_instance,
+            "principal": record.principal,
+            "start_time": record.start_time,
+            "nominal_start_time": record.nominal_start_time,
+            "nominal_end_time": record.nominal_end_time,
+            "parent": _ref_to_avro(record.parent),
+            "root": _ref_to_avro(record.root),
+            "supersedes": record.supersedes,
+        }
+    if isinstance(record, DatasetDeclared):
+        return {
+            "partition": record.partition,
+            "offset": record.offset,
+            "append_time": record.append_time,
+            "engine_run_id": record.engine_run_id,
+            "direction": record.direction.value,
+            "key": record.key,
+            "dataset_namespace": record.dataset_namespace,
+            "dataset_name": record.dataset_name,
+            "version": record.version,
+            "time": record.time,
+        }
+    error = record.error
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "append_time": record.append_time,
+        "engine_run_id": record.engine_run_id,
+        "status": record.status.value,
+        "end_time": record.end_time,
+        "error": None
+        if error is None
+        else {"message": error.message, "type": error.type, "stack_trace": error.stack_trace},
+    }
+
+
+def from_avro_dict(record_name: str, d: dict[str, Any]) -> Record:
+    """The frozen record for a dict fastavro read."""
+    if record_name == "RunStarted":
+        return RunStarted(
+            partition=d["partition"],
+            offset=d["offset"],
+            append_time=d["append_time"],
+            engine_run_id=d["engine_run_id"],
+            task_id=d["task_id"],
+            namespace=d["namespace"],
+            workflow_type=d["workflow_type"],
+            workflow_version=d["workflow_version"],
+            workflow_instance=d["workflow_instance"],
+            start_time=d["start_time"],
+            principal=d.get("principal"),
+            nominal_start_time=d.get("nominal_start_time"),
+            nominal_end_time=d.get("nominal_end_time"),
+            parent=_ref_from_avro(d.get("parent")),
+            root=_ref_from_avro(d.get("root")),
+            supersedes=d.get("supersedes"),
+        )
+    if record_name == "DatasetDeclared":
+        return DatasetDeclared(
+            partition=d["partition"],
+            offset=d["offset"],
+            append_time=d["append_time"],
+            engine_run_id=d["engine_run_id"],
+            direction=Direction(d["direction"]),
+            key=d["key"],
+            dataset_namespace=d["dataset_namespace"],
+            dataset_name=d["dataset_name"],
+            version=d.get("version"),
+            time=d["time"],
+        )
+    err = d.get("error")
+    return RunEnded(
+        partition=d["partition"],
+        offset=d["offset"],
+        append_time=d["append_time"],
+        engine_run_id=d["engine_run_id"],
+        status=RunStatus(d["status"]),
+        end_time=d["end_time"],
+        error=None if err is None else RunError(err["message"], err.get("type"), err.get("stack_trace")),
+    )
+
+
+def encode(record: Record) -> bytes:
+    """The record in Avro single-object encoding, under its current schema."""
+    ws = current_schemas()[type(record).__name__]
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(ws.fingerprint)
+    fastavro.schemaless_writer(buf, ws.parsed, to_avro_dict(record))
+    return buf.getvalue()
+
+
+def encode_with(schema: WriterSchema, data: dict[str, Any]) -> bytes:
+    """Encode a raw dict under a given writer schema (used for older schema versions)."""
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(schema.fingerprint)
+    fastavro.schemaless_writer(buf, schema.parsed, data)
+    return buf.getvalue()
+
+
+def peek_record_name(data: bytes, partition: int | None = None, offset: int | None = None) -> str:
+    """The record type named by the header's fingerprint, without decoding the body."""
+    if len(data) < HEADER_LEN or data[:2] != MAGIC:
+        raise DecodeError("not Avro single-object encoding (bad magic or too short)", partition, offset)
+    ws = known_writer_schemas().get(data[2:HEADER_LEN])
+    if ws is None:
+        raise DecodeError(f"unknown writer-schema fingerprint {data[2:HEADER_LEN].hex()}", partition, offset)
+    return ws.record_name
+
+
+def decode(data: bytes, partition: int | None = None, offset: int | None = None) -> Record:
+    """Decode single-object-encoded bytes; raise DecodeError naming the position on any problem."""
+    name = peek_record_name(data, partition, offset)
+    writer = known_writer_schemas()[data[2:HEADER_LEN]]
+    reader = current_schemas()[name]
+    buf = io.BytesIO(data)
+    buf.seek(HEADER_LEN)
+    try:
+        if writer.fingerprint == reader.fingerprint:
+            d = fastavro.schemaless_reader(buf, writer.parsed, None)
+        else:
+            d = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
+        if buf.tell() != len(data):
+            raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after the {name} body", partition, offset)
+        assert isinstance(d, dict)
+        return from_avro_dict(name, d)
+    except DecodeError:
+        raise
+    except (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError) as e:
+        raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e

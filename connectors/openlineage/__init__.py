@@ -1,0 +1,1 @@
+"""The OpenLineage sink and its transports."""

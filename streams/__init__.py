@@ -1,0 +1,1 @@
+"""The lineage stream: joins run records into OpenLineage RunEvents."""
