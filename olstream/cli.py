@@ -12,7 +12,8 @@ from collections.abc import Sequence
 COMMAND_MODULES = (
     "olstream.infra.kafka_cli",  # olstream kafka up|down|status
     "olstream.infra.postgres_cli",  # olstream postgres up|down|status
-    "connectors.eventlog.cli",  # olstream log simulate, olstream source
+    "connectors.eventlog.cli",  # olstream log simulate
+    "connectors.eventlog.source_cli",  # olstream source
     "streams.cli",  # olstream worker
     "connectors.openlineage.cli",  # olstream sink
     "olstream.tools_cli",  # olstream demo, graph, status, marquez
