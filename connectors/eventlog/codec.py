@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -55,6 +56,8 @@ class WriterSchema:
 def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
     raw = json.loads(path.read_text(encoding="utf-8"))
     parsed = parse_schema(raw, _write_hint=False)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{path} does not hold an Avro record schema")
     fp = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16).to_bytes(8, "little")
     return str(raw["name"]), parsed, fp
 
@@ -248,10 +251,39 @@ def decode(data: bytes, partition: int | None = None, offset: int | None = None)
         else:
             d = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
         if buf.tell() != len(data):
-            raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after the {name} body", partition, offset)
+            raise DecodeError(
+                f"{len(data) - buf.tell()} trailing bytes after the {name} body", partition, offset
+            )
         assert isinstance(d, dict)
         return from_avro_dict(name, d)
     except DecodeError:
         raise
     except (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError) as e:
         raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def offset_encoder(record: Record) -> Callable[[int], bytes]:
+    """A function `offset -> bytes` giving `encode(replace(record, offset=offset))`, cheaply.
+
+    Every schema starts with ``partition: int`` then ``offset: long``, so the body after the
+    offset is encoded once and only the offset's varint is spliced in per call (the store
+    assigns the offset inside its append transaction).
+    """
+    encoded = encode(record)
+    prefix = encoded[:HEADER_LEN] + _zigzag_varint(record.partition)
+    tail = encoded[len(prefix) + len(_zigzag_varint(record.offset)) :]
+
+    def build(offset: int) -> bytes:
+        return prefix + _zigzag_varint(offset) + tail
+
+    return build

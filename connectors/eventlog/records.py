@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 
 
-class Direction(str, Enum):
+class Direction(StrEnum):
     INPUT = "INPUT"
     OUTPUT = "OUTPUT"
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     RETRIES_EXHAUSTED = "retries_exhausted"

@@ -1,0 +1,330 @@
+"""The writer API engines and SDKs use to append a run's durable records to the event log.
+
+    writer = EventLogWriter(open_store("sqlite:///tmp/events.db", create=True))
+    run = writer.run_started(namespace="billing", workflow_type="invoice", workflow_version="3",
+                             workflow_instance="invoice-2024-05", task_id="tenant-7")
+    run.dataset_input("orders", "postgres://db:5432", "shop.public.orders")
+    out = run.dataset("report", "s3://reports", "invoices/2024-05.parquet")
+    out.write()
+    run.run_ended("completed")
+
+Every record of a run lands in the partition chosen from its workflow instance
+(``blake2b(instance) mod partitions``, stable across processes and Python versions).
+Outside ``with writer.batch():`` each record is its own transaction; inside, records are
+buffered and appended in one transaction when the block ends (or every `batch_size` records).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from connectors.eventlog.codec import offset_encoder
+from connectors.eventlog.records import (
+    DatasetDeclared,
+    Direction,
+    Record,
+    RunEnded,
+    RunError,
+    RunRef,
+    RunStarted,
+    RunStatus,
+)
+from connectors.eventlog.store import EventLogStore
+
+Clock = Callable[[], datetime]
+
+
+def partition_for(workflow_instance: str, partition_count: int) -> int:
+    """The partition every record of a run of `workflow_instance` goes to (stable hash)."""
+    digest = hashlib.blake2b(workflow_instance.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partition_count
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _require_text(field_name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field_name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _optional_text(field_name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    return _require_text(field_name, value)
+
+
+def _require_time(field_name: str, value: object) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"{field_name} must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+def _optional_time(field_name: str, value: object) -> datetime | None:
+    return None if value is None else _require_time(field_name, value)
+
+
+def parse_status(value: RunStatus | str) -> RunStatus:
+    """The RunStatus for `value`; a ValueError naming `status` and the allowed values otherwise."""
+    if isinstance(value, RunStatus):
+        return value
+    try:
+        return RunStatus(value)
+    except ValueError as e:
+        allowed = ", ".join(s.value for s in RunStatus)
+        raise ValueError(f"status {value!r} is not one of: {allowed}") from e
+
+
+class EventLogWriter:
+    """Appends runs' records to an event-log store."""
+
+    def __init__(
+        self,
+        store: EventLogStore,
+        *,
+        clock: Clock | None = None,
+        new_run_id: Callable[[], str] | None = None,
+        batch_size: int = 10_000,
+    ) -> None:
+        self.store = store
+        self._partition_count = len(store.partitions())
+        self._clock = clock or _utc_now
+        self._new_run_id = new_run_id or (lambda: str(uuid.uuid4()))
+        self._batch_size = batch_size
+        self._batch_depth = 0
+        self._pending: list[tuple[int, Callable[[int], bytes]]] = []
+        self.records_written = 0
+
+    @property
+    def partition_count(self) -> int:
+        return self._partition_count
+
+    def partition_for(self, workflow_instance: str) -> int:
+        return partition_for(workflow_instance, self._partition_count)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Buffer appends inside the block and write them in one transaction at its end."""
+        self._batch_depth += 1
+        try:
+            yield
+        except BaseException:
+            self._batch_depth -= 1
+            if self._batch_depth == 0:
+                self._pending.clear()
+            raise
+        self._batch_depth -= 1
+        if self._batch_depth == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append everything buffered so far (one transaction)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.store.append_many(pending)
+            self.records_written += len(pending)
+
+    def _append(self, record: Record) -> None:
+        self._pending.append((record.partition, offset_encoder(record)))
+        if self._batch_depth == 0 or len(self._pending) >= self._batch_size:
+            self.flush()
+
+    def now(self) -> datetime:
+        return _require_time("clock()", self._clock())
+
+    def run_started(
+        self,
+        *,
+        namespace: str,
+        workflow_type: str,
+        workflow_version: str,
+        workflow_instance: str,
+        task_id: str,
+        engine_run_id: str | None = None,
+        principal: str | None = None,
+        start_time: datetime | None = None,
+        nominal_start_time: datetime | None = None,
+        nominal_end_time: datetime | None = None,
+        parent: RunHandle | RunRef | None = None,
+        root: RunHandle | RunRef | None = None,
+        supersedes: str | None = None,
+    ) -> RunHandle:
+        """Append a RunStarted and return the handle for the run's further records.
+
+        `parent`/`root` may be a handle (full coordinates) or a RunRef (possibly with only
+        `engine_run_id`). A child given a parent handle but no root gets the parent's root
+        (or the parent itself when it has none).
+        """
+        append_time = self.now()
+        run_id = _require_text(
+            "engine_run_id", self._new_run_id() if engine_run_id is None else engine_run_id
+        )
+        parent_ref = parent.ref if isinstance(parent, RunHandle) else parent
+        root_ref = root.ref if isinstance(root, RunHandle) else root
+        if root_ref is None and isinstance(parent, RunHandle):
+            root_ref = parent.root or parent.ref
+        for label, ref in (("parent", parent_ref), ("root", root_ref)):
+            if ref is not None:
+                _require_text(f"{label}.engine_run_id", ref.engine_run_id)
+        record = RunStarted(
+            partition=self.partition_for(_require_text("workflow_instance", workflow_instance)),
+            offset=0,
+            append_time=append_time,
+            engine_run_id=run_id,
+            task_id=_require_text("task_id", task_id),
+            namespace=_require_text("namespace", namespace),
+            workflow_type=_require_text("workflow_type", workflow_type),
+            workflow_version=_require_text("workflow_version", workflow_version),
+            workflow_instance=workflow_instance,
+            start_time=_require_time("start_time", start_time or append_time),
+            principal=_optional_text("principal", principal),
+            nominal_start_time=_optional_time("nominal_start_time", nominal_start_time),
+            nominal_end_time=_optional_time("nominal_end_time", nominal_end_time),
+            parent=parent_ref,
+            root=root_ref,
+            supersedes=_optional_text("supersedes", supersedes),
+        )
+        self._append(record)
+        ref = RunRef(
+            engine_run_id=run_id,
+            namespace=record.namespace,
+            workflow_type=record.workflow_type,
+            workflow_version=record.workflow_version,
+            workflow_instance=record.workflow_instance,
+            start_time=record.start_time,
+        )
+        return RunHandle(self, ref, record.partition, root_ref)
+
+
+class RunHandle:
+    """A started run: declares its datasets and ends it, all in the run's partition."""
+
+    def __init__(self, writer: EventLogWriter, ref: RunRef, partition: int, root: RunRef | None) -> None:
+        self._writer = writer
+        self.ref = ref
+        self.partition = partition
+        self.root = root
+        self.status: RunStatus | None = None
+
+    @property
+    def engine_run_id(self) -> str:
+        return self.ref.engine_run_id
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None
+
+    def _check_open(self, what: str) -> None:
+        if self.status is not None:
+            raise ValueError(
+                f"{what}: run {self.engine_run_id} already ended with status {self.status.value!r}"
+            )
+
+    def _declare(
+        self,
+        direction: Direction,
+        key: str,
+        namespace: str,
+        name: str,
+        version: str | None,
+        time: datetime | None,
+    ) -> None:
+        self._check_open(f"dataset_{direction.value.lower()}")
+        append_time = self._writer.now()
+        record = DatasetDeclared(
+            partition=self.partition,
+            offset=0,
+            append_time=append_time,
+            engine_run_id=self.engine_run_id,
+            direction=direction,
+            key=_require_text("key", key),
+            dataset_namespace=_require_text("namespace", namespace),
+            dataset_name=_require_text("name", name),
+            time=_require_time("time", time or append_time),
+            version=_optional_text("version", version),
+        )
+        self._writer._append(record)
+
+    def dataset_input(
+        self, key: str, namespace: str, name: str, version: str | None = None, *, time: datetime | None = None
+    ) -> None:
+        """Declare that the run read the dataset (`namespace`, `name`) at call site `key`."""
+        self._declare(Direction.INPUT, key, namespace, name, version, time)
+
+    def dataset_output(
+        self, key: str, namespace: str, name: str, version: str | None = None, *, time: datetime | None = None
+    ) -> None:
+        """Declare that the run wrote the dataset (`namespace`, `name`) at call site `key`."""
+        self._declare(Direction.OUTPUT, key, namespace, name, version, time)
+
+    def dataset(self, key: str, namespace: str, name: str) -> Dataset:
+        """A Dataset bound to this run, for datasets read or written more than once."""
+        return Dataset(key, namespace, name, run=self)
+
+    def run_ended(
+        self,
+        status: RunStatus | str,
+        error: RunError | str | None = None,
+        *,
+        end_time: datetime | None = None,
+    ) -> None:
+        """Append the run's RunEnded; a second call raises ValueError."""
+        self._check_open("run_ended")
+        parsed = parse_status(status)
+        if isinstance(error, str):
+            error = RunError(message=_require_text("error", error))
+        elif error is not None:
+            _require_text("error.message", error.message)
+        append_time = self._writer.now()
+        record = RunEnded(
+            partition=self.partition,
+            offset=0,
+            append_time=append_time,
+            engine_run_id=self.engine_run_id,
+            status=parsed,
+            end_time=_require_time("end_time", end_time or append_time),
+            error=error,
+        )
+        self._writer._append(record)
+        self.status = parsed
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """A dataset a run may declare more than once: ``ds.read()`` / ``ds.write()``.
+
+    Bound to a run by ``run.dataset(...)``; an unbound one takes the run as an argument.
+    """
+
+    key: str
+    namespace: str
+    name: str
+    run: RunHandle | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _require_text("key", self.key)
+        _require_text("namespace", self.namespace)
+        _require_text("name", self.name)
+
+    def _run(self, run: RunHandle | None) -> RunHandle:
+        chosen = run or self.run
+        if chosen is None:
+            raise ValueError(f"dataset {self.namespace}/{self.name} is not bound to a run: pass run=")
+        return chosen
+
+    def read(
+        self, run: RunHandle | None = None, *, version: str | None = None, time: datetime | None = None
+    ) -> None:
+        self._run(run).dataset_input(self.key, self.namespace, self.name, version, time=time)
+
+    def write(
+        self, run: RunHandle | None = None, *, version: str | None = None, time: datetime | None = None
+    ) -> None:
+        self._run(run).dataset_output(self.key, self.namespace, self.name, version, time=time)
