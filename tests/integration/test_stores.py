@@ -1,0 +1,191 @@
+"""One suite for both event-log stores: SQLite (a file in tmp) and PostgreSQL (a fresh database)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.eventlog.codec import decode
+from connectors.eventlog.records import DatasetDeclared, RunEnded, RunStarted
+from connectors.eventlog.store import EventLogStore, StoredRow, open_store
+from connectors.eventlog.writer import EventLogWriter
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fresh_pg_database_from_env() -> Iterator[str]:
+    """Fallback when the `postgres_url` fixture is absent: a fresh database on OLSTREAM_PG_URL's server."""
+    base = os.environ.get("OLSTREAM_PG_URL")
+    if not base:
+        pytest.skip("no postgres_url fixture and OLSTREAM_PG_URL is not set")
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"olstream_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(base)
+    params["dbname"] = name
+    yield make_conninfo(**params)
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/events.db"
+        return
+    try:
+        yield str(request.getfixturevalue("postgres_url"))
+    except pytest.FixtureLookupError:
+        yield from _fresh_pg_database_from_env()
+
+
+@pytest.fixture
+def store(log_url: str) -> Iterator[EventLogStore]:
+    s = open_store(log_url, partitions=4, create=True)
+    yield s
+    s.close()
+
+
+def _payload(partition: int, offset: int) -> bytes:
+    return f"p{partition}-o{offset}".encode()
+
+
+def test_partitions_are_fixed_at_creation(store: EventLogStore, log_url: str) -> None:
+    assert store.partitions() == [0, 1, 2, 3]
+    assert store.heads() == {0: -1, 1: -1, 2: -1, 3: -1}
+    again = open_store(log_url)
+    try:
+        assert again.partitions() == [0, 1, 2, 3]
+    finally:
+        again.close()
+    with pytest.raises(ValueError, match="4 partitions"):
+        open_store(log_url, partitions=8, create=True)
+
+
+def test_opening_a_missing_log_without_create_fails(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        open_store(f"sqlite:///{tmp_path}/absent.db")
+
+
+def test_offsets_are_dense_per_partition_and_reads_page(store: EventLogStore) -> None:
+    items = [(i % 3, lambda off, p=i % 3: _payload(p, off)) for i in range(30)]
+    offsets = store.append_many(items)
+    assert offsets[:6] == [0, 0, 0, 1, 1, 1]
+    assert store.append(3, lambda off: _payload(3, off)) == 0
+    assert store.append(0, lambda off: _payload(0, off)) == 10
+    assert store.heads() == {0: 10, 1: 9, 2: 9, 3: 0}
+
+    first = store.read(0, -1, 4)
+    assert [r.offset for r in first] == [0, 1, 2, 3]
+    assert first[0] == StoredRow(0, 0, b"p0-o0")
+    rest = store.read(0, 3, 100)
+    assert [r.offset for r in rest] == list(range(4, 11))
+    assert all(r.payload == _payload(0, r.offset) for r in rest)
+    assert store.read(0, 10, 100) == []
+    assert store.read(3, -1, 100) == [StoredRow(3, 0, b"p3-o0")]
+    with pytest.raises(ValueError, match="partition 4"):
+        store.read(4, -1, 1)
+
+
+def test_a_failed_build_appends_nothing(store: EventLogStore) -> None:
+    def broken(offset: int) -> bytes:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.append_many([(1, lambda off: b"x"), (1, broken)])
+    assert store.heads()[1] == -1
+    assert store.append(1, lambda off: b"y") == 0
+
+
+def test_non_ascii_records_round_trip_exactly(store: EventLogStore) -> None:
+    writer = EventLogWriter(store)
+    run = writer.run_started(
+        namespace="équipe-données",
+        workflow_type="import_日本語",
+        workflow_version="v1",
+        workflow_instance="instance-ü-🚀",
+        task_id="tenant-ß",
+    )
+    run.dataset_output("out", "s3://bücket", "données/年度/報告.parquet")
+    run.run_ended("failed", "Fehler: Datei «x» fehlt")
+    rows = store.read(run.partition, -1, 10)
+    records = [decode(r.payload, r.partition, r.offset) for r in rows]
+    started, declared, ended = records
+    assert isinstance(started, RunStarted) and started.workflow_instance == "instance-ü-🚀"
+    assert isinstance(declared, DatasetDeclared)
+    assert (declared.dataset_namespace, declared.dataset_name) == ("s3://bücket", "données/年度/報告.parquet")
+    assert isinstance(ended, RunEnded) and ended.error is not None
+    assert ended.error.message == "Fehler: Datei «x» fehlt"
+    assert [r.offset for r in records] == [0, 1, 2]
+
+
+def test_wait_for_change_wakes_a_reader_on_append(store: EventLogStore, log_url: str) -> None:
+    reader = open_store(log_url)
+    try:
+        reader.wait_for_change(0.05)  # settle: LISTEN registered, nothing pending
+        assert reader.wait_for_change(0.2) is False
+
+        def append_later() -> None:
+            time.sleep(0.3)
+            store.append(2, lambda off: b"wake")
+
+        t = threading.Thread(target=append_later)
+        t.start()
+        started = time.monotonic()
+        woke = False
+        while not woke and time.monotonic() - started < 5:
+            woke = reader.wait_for_change(5)
+        t.join()
+        assert woke
+        assert time.monotonic() - started < 3
+        assert reader.read(2, -1, 10) == [StoredRow(2, 0, b"wake")]
+    finally:
+        reader.close()
+
+
+_WRITER_SCRIPT = """
+import sys
+from connectors.eventlog.store import open_store
+url, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = open_store(url)
+for i in range(0, n, 10):
+    store.append_many([(j % 4, lambda off, j=j: f"{tag}:{j}".encode()) for j in range(i, min(i + 10, n))])
+store.close()
+"""
+
+
+def test_concurrent_writer_processes_and_a_reader(store: EventLogStore, log_url: str) -> None:
+    n = 400
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER_SCRIPT, log_url, tag, str(n)], env=env, cwd=REPO)
+        for tag in ("a", "b")
+    ]
+    seen: dict[int, list[StoredRow]] = {p: [] for p in store.partitions()}
+    deadline = time.monotonic() + 60
+    try:
+        while sum(len(v) for v in seen.values()) < 2 * n and time.monotonic() < deadline:
+            for p, rows in seen.items():
+                after = rows[-1].offset if rows else -1
+                rows.extend(store.read(p, after, 50))
+            store.wait_for_change(0.05)
+    finally:
+        for proc in procs:
+            assert proc.wait(timeout=60) == 0
+    for p, rows in seen.items():
+        assert [r.offset for r in rows] == list(range(len(rows))), f"gap in partition {p}"
+    payloads = sorted(r.payload.decode() for rows in seen.values() for r in rows)
+    assert payloads == sorted(f"{tag}:{j}" for tag in ("a", "b") for j in range(n))
