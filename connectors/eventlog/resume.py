@@ -1,0 +1,204 @@
+"""Finds where the source connector left off, from what is already in Kafka.
+
+The position lives in Kafka, not in a local file: every message the source
+publishes (to the records topic or the errors topic) carries its log partition
+and offset in headers, so the last message of a log partition *is* its position.
+For each Kafka partition the tail is read backwards in growing windows until
+every log partition that hashes to it has been found (or the start is reached).
+With ``read_committed`` only committed transactions count (``--exactly-once``).
+
+Why both topics: a corrupt row goes to the errors topic, so a log partition
+whose last row was corrupt has its position there. The publisher keeps the two
+topics ordered per log partition (it waits for acknowledgements around every
+error record), so the larger of the two positions never skips a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from olstream.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
+
+HEADER_PARTITION = "olstream.partition"
+HEADER_OFFSET = "olstream.offset"
+FIRST_WINDOW = 500
+
+
+def message_key(log_partition: int) -> bytes:
+    """The Kafka key of a log partition's messages: its id in ASCII decimal."""
+    return str(log_partition).encode("ascii")
+
+
+def expected_kafka_partition(log_partition: int, kafka_partitions: int) -> int:
+    """Where librdkafka's default partitioner (consistent_random: CRC-32 of the key) puts a log partition."""
+    return zlib.crc32(message_key(log_partition)) % kafka_partitions
+
+
+RawHeaders = Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+
+
+def position_of(headers: RawHeaders) -> tuple[int, int] | None:
+    """(log partition, offset) named by a message's headers, or None when they are absent."""
+    partition = offset = None
+    items = headers.items() if isinstance(headers, dict) else headers or ()
+    for name, value in items:
+        if value is None:
+            continue
+        if name == HEADER_PARTITION:
+            partition = int(value)
+        elif name == HEADER_OFFSET:
+            offset = int(value)
+    if partition is None or offset is None:
+        return None
+    return partition, offset
+
+
+def merge_positions(*found: dict[int, int]) -> dict[int, int]:
+    """The largest offset per log partition over several topics."""
+    out: dict[int, int] = {}
+    for positions in found:
+        for partition, offset in positions.items():
+            if offset > out.get(partition, -1):
+                out[partition] = offset
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    positions: dict[int, int]
+    messages_read: int
+
+
+class PositionScanner:
+    """Reads the tails of the source's topics to find the last published offset per log partition."""
+
+    def __init__(self, bootstrap: str, *, read_committed: bool, timeout: float = 30.0) -> None:
+        self._timeout = timeout
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                # Only assign() is used: the group is never joined and nothing is committed.
+                "group.id": f"olstream-source-resume-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+                "fetch.wait.max.ms": 50,
+            }
+        )
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def scan(self, topic: str, wanted: Iterable[int] | None) -> ScanResult:
+        """Positions found in `topic`; `wanted` = log partitions to look for (None: read everything)."""
+        meta = self._consumer.list_topics(topic, timeout=self._timeout)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None:
+            return ScanResult({}, 0)
+        count = len(tmeta.partitions)
+        wanted_by_kp: dict[int, set[int]] | None = None
+        if wanted is not None:
+            wanted_by_kp = {kp: set() for kp in range(count)}
+            for p in wanted:
+                wanted_by_kp[expected_kafka_partition(p, count)].add(p)
+        found: dict[int, int] = {}
+        read = 0
+        for kp in sorted(tmeta.partitions):
+            need = None if wanted_by_kp is None else wanted_by_kp.get(kp, set())
+            if need is not None and not need:
+                continue
+            got, n, consistent = self._scan_partition(topic, kp, count, need)
+            read += n
+            if not consistent and wanted_by_kp is not None:
+                log.warning("topic %s: keys are not where CRC-32 puts them; reading it whole", topic)
+                self._consumer.unassign()
+                return self.scan(topic, None)
+            for partition, offset in got.items():
+                if offset > found.get(partition, -1):
+                    found[partition] = offset
+        self._consumer.unassign()
+        return ScanResult(found, read)
+
+    def _scan_partition(
+        self, topic: str, kp: int, count: int, need: set[int] | None
+    ) -> tuple[dict[int, int], int, bool]:
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, kp), timeout=self._timeout)
+        found: dict[int, int] = {}
+        read = 0
+        end = high
+        window = FIRST_WINDOW
+        while end > low:
+            start = low if need is None else max(low, end - window)
+            for msg in self._read_range(topic, kp, start, end):
+                read += 1
+                pos = position_of(msg.headers())
+                if pos is None:
+                    continue
+                partition, offset = pos
+                if expected_kafka_partition(partition, count) != kp:
+                    return found, read, False
+                if offset > found.get(partition, -1):
+                    found[partition] = offset
+            if need is not None and need.issubset(found):
+                break
+            end = start
+            window *= 4
+        return found, read, True
+
+    def _read_range(self, topic: str, kp: int, start: int, end: int) -> Iterable[Message]:
+        """Messages of one Kafka partition from `start` until `end` (exclusive) or its end."""
+        self._consumer.assign([TopicPartition(topic, kp, start)])
+        deadline = time.monotonic() + self._timeout
+        while True:
+            batch = self._consumer.consume(num_messages=1000, timeout=0.5)
+            if not batch and time.monotonic() > deadline:
+                raise InfrastructureError(
+                    f"timed out reading {topic}[{kp}] from offset {start} to find the resume position"
+                )
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise InfrastructureError(f"cannot read {topic}[{kp}]: {err}") from KafkaException(err)
+                deadline = time.monotonic() + self._timeout
+                msg_offset = msg.offset()
+                if msg_offset is not None and msg_offset >= end:
+                    return
+                yield msg
+                if msg_offset is not None and msg_offset >= end - 1:
+                    return
+
+
+def read_resume_positions(
+    bootstrap: str,
+    topics: Iterable[str],
+    wanted: Iterable[int],
+    *,
+    read_committed: bool,
+    timeout: float = 30.0,
+) -> dict[int, int]:
+    """Log partition -> last offset already in Kafka, over the records topic and the errors topic.
+
+    The first topic is searched only for `wanted` log partitions (those holding rows);
+    the others (the errors topic, small by nature) are read whole.
+    """
+    scanner = PositionScanner(bootstrap, read_committed=read_committed, timeout=timeout)
+    try:
+        results = []
+        for i, topic in enumerate(topics):
+            result = scanner.scan(topic, list(wanted) if i == 0 else None)
+            log.info("resume: read %d messages of %s", result.messages_read, topic)
+            results.append(result.positions)
+        return merge_positions(*results)
+    finally:
+        scanner.close()
