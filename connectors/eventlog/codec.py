@@ -1,9 +1,13 @@
-"""Avro single-object encoding of the event-log records (fastavro).
+"""Avro single-object encoding of the event-log records.
 
 Layout: magic ``C3 01``, the 8-byte little-endian CRC-64-AVRO fingerprint of the
 writer schema, then the Avro body. Decoding finds the writer schema by its
 fingerprint (current schemas and every historical version under ``avro/history``)
 and resolves it to the current reader schema, so older records still decode.
+
+Records under the current schemas are encoded and decoded by closures compiled once
+per schema (`avro_compiled`, byte-identical to fastavro and several times faster);
+records under an older writer schema go through fastavro's schema resolution.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
+from connectors.eventlog.avro_compiled import Decoder, Encoder, SchemaCompiler
 from connectors.eventlog.records import (
+    RECORD_TYPES,
     DatasetDeclared,
     Direction,
     Record,
@@ -209,14 +215,46 @@ def from_avro_dict(record_name: str, d: dict[str, Any]) -> Record:
     )
 
 
+def _compiler() -> SchemaCompiler:
+    return SchemaCompiler(
+        record_types={
+            "RunStarted": RunStarted,
+            "DatasetDeclared": DatasetDeclared,
+            "RunEnded": RunEnded,
+            "RunRef": RunRef,
+            "RunError": RunError,
+        },
+        enum_types={"Direction": Direction, "RunStatus": RunStatus},
+    )
+
+
+@cache
+def _compiled() -> tuple[dict[type[Any], tuple[bytes, Encoder]], dict[bytes, tuple[str, Decoder]]]:
+    """(record class -> (header, encoder), current fingerprint -> (record name, decoder))."""
+    encoders: dict[type[Any], tuple[bytes, Encoder]] = {}
+    decoders: dict[bytes, tuple[str, Decoder]] = {}
+    for name, ws in current_schemas().items():
+        raw = json.loads((schema_dir() / ws.source).read_text(encoding="utf-8"))
+        encoders[RECORD_TYPES[name]] = (MAGIC + ws.fingerprint, _compiler().encoder(raw))
+        decoders[ws.fingerprint] = (name, _compiler().decoder(raw))
+    return encoders, decoders
+
+
 def encode(record: Record) -> bytes:
-    """The record in Avro single-object encoding, under its current schema."""
-    ws = current_schemas()[type(record).__name__]
-    buf = io.BytesIO()
-    buf.write(MAGIC)
-    buf.write(ws.fingerprint)
-    fastavro.schemaless_writer(buf, ws.parsed, to_avro_dict(record))
-    return buf.getvalue()
+    """The record in Avro single-object encoding, under its current schema.
+
+    Raises ValueError naming the field when a value does not fit the schema.
+    """
+    try:
+        header, write = _compiled()[0][type(record)]
+    except KeyError as e:
+        raise ValueError(f"not an event-log record: {type(record).__name__}") from e
+    buf = bytearray(header)
+    try:
+        write(buf, record)
+    except ValueError as e:
+        raise ValueError(f"cannot encode {type(record).__name__}: {e}") from e
+    return bytes(buf)
 
 
 def encode_with(schema: WriterSchema, data: dict[str, Any]) -> bytes:
@@ -238,8 +276,26 @@ def peek_record_name(data: bytes, partition: int | None = None, offset: int | No
     return ws.record_name
 
 
+_DECODE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError)
+
+
 def decode(data: bytes, partition: int | None = None, offset: int | None = None) -> Record:
     """Decode single-object-encoded bytes; raise DecodeError naming the position on any problem."""
+    fast = _compiled()[1].get(data[2:HEADER_LEN]) if data[:2] == MAGIC else None
+    if fast is not None:
+        name, read = fast
+        try:
+            record, end = read(data, HEADER_LEN)
+        except _DECODE_ERRORS as e:
+            raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e
+        if end != len(data):
+            raise DecodeError(f"{len(data) - end} trailing bytes after the {name} body", partition, offset)
+        return record  # type: ignore[no-any-return]
+    return _decode_resolving(data, partition, offset)
+
+
+def _decode_resolving(data: bytes, partition: int | None, offset: int | None) -> Record:
+    """Decode with fastavro, resolving an older writer schema to the current reader schema."""
     name = peek_record_name(data, partition, offset)
     writer = known_writer_schemas()[data[2:HEADER_LEN]]
     reader = current_schemas()[name]
@@ -258,7 +314,7 @@ def decode(data: bytes, partition: int | None = None, offset: int | None = None)
         return from_avro_dict(name, d)
     except DecodeError:
         raise
-    except (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError) as e:
+    except _DECODE_ERRORS as e:
         raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e
 
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,33 +22,12 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _fresh_pg_database_from_env() -> Iterator[str]:
-    """Fallback when the `postgres_url` fixture is absent: a fresh database on OLSTREAM_PG_URL's server."""
-    base = os.environ.get("OLSTREAM_PG_URL")
-    if not base:
-        pytest.skip("no postgres_url fixture and OLSTREAM_PG_URL is not set")
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = f"olstream_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(base)
-    params["dbname"] = name
-    yield make_conninfo(**params)
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def log_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/events.db"
         return
-    try:
-        yield str(request.getfixturevalue("postgres_url"))
-    except pytest.FixtureLookupError:
-        yield from _fresh_pg_database_from_env()
+    yield str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
