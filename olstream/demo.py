@@ -1,0 +1,324 @@
+"""`olstream demo`: the whole pipeline on one machine, as separate processes, with progress bars.
+
+simulator -> SQLite event log -> `olstream source` -> olstream.eventlog -> N x `olstream worker`
+-> openlineage.events -> `olstream sink` -> lineage.jsonl (or an OpenLineage URL) -> lineage.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from olstream.demo_support import (
+    Children,
+    FileFollower,
+    LogCounts,
+    OutputTally,
+    count_in_logs,
+    count_log,
+    metric_total,
+    scrape,
+)
+from olstream.errors import ConfigError, InfrastructureError
+from olstream.infra.process import free_port
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    runs: int
+    workers: int
+    out: Path
+    graph: Path
+    url: str | None
+    marquez: bool
+    bootstrap: str | None
+    partitions: int
+    seed: int | None
+    timeout: float
+    keep: bool
+
+
+@dataclass(frozen=True)
+class Topics:
+    eventlog: str
+    events: str
+    sink_group: str
+    app_id: str
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    if args.runs < 1 or args.workers < 1:
+        raise ConfigError("--runs and --workers must be at least 1")
+    if args.url and args.marquez:
+        raise ConfigError("--url and --marquez exclude each other")
+    return DemoSettings(
+        runs=args.runs,
+        workers=args.workers,
+        out=args.out.expanduser().resolve(),
+        graph=(args.graph or args.out.with_suffix(".svg")).expanduser().resolve(),
+        url=args.url,
+        marquez=args.marquez,
+        bootstrap=args.bootstrap or None,
+        partitions=args.partitions,
+        seed=args.seed,
+        timeout=args.timeout,
+        keep=args.keep,
+    )
+
+
+def topics_for(own_broker: bool, tag: str) -> Topics:
+    """Default names on a broker the demo owns; unique names on a shared one (replays stay apart)."""
+    if own_broker:
+        return Topics("olstream.eventlog", "openlineage.events", "olstream-sink", "olstream-worker")
+    return Topics(
+        f"olstream.eventlog.demo-{tag}",
+        f"openlineage.events.demo-{tag}",
+        f"olstream-sink-demo-{tag}",
+        f"olstream-worker-demo-{tag}",
+    )
+
+
+class Demo:
+    def __init__(self, settings: DemoSettings, console: Console) -> None:
+        self.s = settings
+        self.console = console
+        self.tag = uuid.uuid4().hex[:8]
+        self.work = Path(tempfile.mkdtemp(prefix="olstream-demo-"))
+        self.broker_dir: Path | None = None
+        self.children = Children(self.work, {**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.failed = False
+
+    # -- infrastructure -------------------------------------------------------------------------
+    def start_broker(self) -> str:
+        if self.s.bootstrap:
+            return self.s.bootstrap
+        from olstream.infra import kafka
+        from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+
+        port = free_port()
+        self.broker_dir = self.work / "kafka"
+        settings = KafkaSettings(
+            version=os.environ.get("OLSTREAM_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
+            port=port,
+            controller_port=free_port(avoid=frozenset({port})),
+            data_dir=self.broker_dir,
+        )
+        with self.console.status("starting a local Kafka broker ..."):
+            state, _ = kafka.start_broker(settings)
+        self.console.print(f"[green]✓[/] Kafka broker at {state.bootstrap} (stopped at the end)")
+        return state.bootstrap
+
+    def receiver_url(self) -> str | None:
+        if not self.s.marquez:
+            return self.s.url
+        from olstream.infra import marquez
+
+        with self.console.status("starting Marquez ..."):
+            args = argparse.Namespace(
+                version=os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION),
+                port=int(os.environ.get("OLSTREAM_MARQUEZ_PORT", marquez.DEFAULT_PORT)),
+                admin_port=None,
+                data_dir=None,
+                pg_url=os.environ.get("OLSTREAM_MARQUEZ_PG_URL"),
+                marquez_action="up",
+            )
+            url = marquez.up(marquez.settings_from_args(args))
+        self.console.print(f"[green]✓[/] Marquez API at {url} (left running: `olstream marquez down`)")
+        return url
+
+    # -- pipeline -------------------------------------------------------------------------------
+    def simulate(self, log_url: str) -> LogCounts:
+        args = ["log", "simulate", "--log", log_url, "--runs", str(self.s.runs)]
+        if self.s.seed is not None:
+            args += ["--seed", str(self.s.seed)]
+        with self.console.status(f"simulating {self.s.runs} workflow runs into {log_url} ..."):
+            self.children.run("simulate", args, timeout=self.s.timeout)
+            counts = count_log(log_url)
+        self.console.print(
+            f"[green]✓[/] event log: {counts.records} records, {counts.runs_started} runs started, "
+            f"{counts.runs_finished} finished"
+        )
+        return counts
+
+    def start_pipeline(self, bootstrap: str, topics: Topics, log_url: str, url: str | None) -> None:
+        b = ["--bootstrap", bootstrap]
+        self.children.start("source", ["source", "--log", log_url, *b, "--topic", topics.eventlog])
+        for i in range(self.s.workers):
+            self.children.start(
+                f"worker-{i + 1}",
+                ["worker", *b, "--app-id", topics.app_id, "--data-dir", str(self.work / f"worker-{i + 1}"),
+                 "--input-topic", topics.eventlog, "--output-topic", topics.events],
+                metrics_port=free_port(),
+            )  # fmt: skip
+        target = ["--url", url] if url else ["--file", str(self.s.out)]
+        self.children.start(
+            "sink", ["sink", *b, "--topic", topics.events, "--group", topics.sink_group, *target]
+        )
+
+    def wait(self, bootstrap: str, topics: Topics, counts: LogCounts, url: str | None) -> OutputTally:
+        """Follow each stage until every finished run's terminal event is delivered."""
+        from olstream.demo_kafka import OffsetWatcher, TopicFollower
+
+        watcher = OffsetWatcher(bootstrap)
+        observed = OutputTally()
+        delivered = OutputTally()
+        follower = TopicFollower(bootstrap, topics.events, f"olstream-demo-observer-{self.tag}")
+        file_follower = FileFollower(self.s.out)
+        expected_events = counts.runs_started + counts.runs_finished
+        columns = (
+            TextColumn("{task.description:<34}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        deadline = time.monotonic() + self.s.timeout
+        try:
+            with Progress(*columns, console=self.console) as bars:
+                src = bars.add_task(f"source → {topics.eventlog}", total=counts.records)
+                stream = bars.add_task(f"workers x{self.s.workers} → events", total=expected_events)
+                sink = bars.add_task("sink → " + (url or self.s.out.name), total=counts.runs_finished)
+                while True:
+                    self.children.check_alive(c.name for c in self.children.started if c.name != "simulate")
+                    for raw in follower.poll():
+                        observed.add(raw)
+                    published = watcher.end_total(topics.eventlog) + watcher.end_total(
+                        topics.eventlog + ".errors"
+                    )
+                    bars.update(src, completed=min(published, counts.records))
+                    bars.update(stream, completed=len(observed.events))
+                    if url:
+                        committed, end = watcher.group_position(topics.sink_group, topics.events)
+                        done_runs = counts.runs_finished if end and committed >= end else 0
+                        stream_done = len(observed.terminal_runs) >= counts.runs_finished
+                        bars.update(
+                            sink, completed=done_runs if stream_done else len(delivered.terminal_runs)
+                        )
+                        if stream_done and end and committed >= end:
+                            return observed
+                    else:
+                        for line in file_follower.new_lines():
+                            delivered.add(line)
+                        bars.update(sink, completed=len(delivered.terminal_runs))
+                        if len(delivered.terminal_runs) >= counts.runs_finished:
+                            return delivered
+                    if time.monotonic() > deadline:
+                        raise InfrastructureError(
+                            f"not finished after {self.s.timeout:.0f}s: {len(observed.terminal_runs)} of "
+                            f"{counts.runs_finished} terminal events on {topics.events}, "
+                            f"{len(delivered.terminal_runs)} delivered (logs in {self.work})"
+                        )
+                    time.sleep(0.5)
+        finally:
+            follower.close()
+
+    def parent_not_visible(self) -> int:
+        workers = [c for c in self.children.started if c.name.startswith("worker")]
+        total, scraped = 0.0, False
+        for c in workers:
+            if c.metrics_port:
+                text = scrape(c.metrics_port)
+                if text:
+                    scraped = True
+                    total += metric_total(text, "parent_not_visible")
+        if scraped:
+            return int(total)
+        return count_in_logs((c.log_path for c in workers), "parent_not_visible")
+
+    def run(self) -> int:
+        started = time.monotonic()
+        bootstrap = self.start_broker()
+        topics = topics_for(self.s.bootstrap is None, self.tag)
+        self.ensure_topics(bootstrap, topics)
+        url = self.receiver_url()
+        if not url:
+            self.s.out.unlink(missing_ok=True)
+        counts = self.simulate(f"sqlite:///{self.work / 'events.db'}")
+        self.start_pipeline(bootstrap, topics, f"sqlite:///{self.work / 'events.db'}", url)
+        tally = self.wait(bootstrap, topics, counts, url)
+        not_visible = self.parent_not_visible()
+        with self.console.status("stopping source, workers and sink ..."):
+            self.children.stop()
+        if url:
+            self.s.out.parent.mkdir(parents=True, exist_ok=True)
+            self.s.out.write_bytes(b"".join(sorted(raw + b"\n" for raw in tally.seen)))
+        self.report(counts, tally, not_visible, time.monotonic() - started, url)
+        return 0
+
+    def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
+        from olstream.kafka_admin import ensure_topic
+
+        for name in (topics.eventlog, topics.events):
+            ensure_topic(bootstrap, name, self.s.partitions)
+
+    def report(
+        self, counts: LogCounts, tally: OutputTally, not_visible: int, elapsed: float, url: str | None
+    ) -> None:
+        from olstream.graph import build_graph, render
+
+        lineage = build_graph(tally.events)
+        summary = lineage.summary()
+        table = Table(title="olstream demo", show_header=False)
+        table.add_column(justify="left")
+        table.add_column(justify="right")
+        rows: list[tuple[str, object]] = [
+            ("runs simulated (started / finished)", f"{counts.runs_started} / {counts.runs_finished}"),
+            *((f"events {t}", n) for t, n in sorted(lineage.events_by_type.items())),
+            ("duplicate deliveries (byte-identical)", tally.duplicates),
+            ("jobs", summary["jobs"]),
+            ("datasets", summary["datasets"]),
+            ("dataset edges (read/write)", summary["dataset_edges"]),
+            ("parent edges", summary["parent_edges"]),
+            ("parent_not_visible", not_visible),
+            ("elapsed", f"{elapsed:.1f} s"),
+        ]
+        for key, value in rows:
+            table.add_row(key, str(value))
+        self.console.print(table)
+        try:
+            render(lineage, self.s.graph, f"olstream demo: {counts.runs_started} runs")
+            self.console.print(f"[green]✓[/] graph: {self.s.graph}")
+        except ConfigError as e:
+            self.console.print(f"[yellow]graph not rendered:[/] {e}")
+        where = f"posted to {url} (copy in {self.s.out})" if url else f"written to {self.s.out}"
+        self.console.print(f"[green]✓[/] events {where}")
+        if self.s.marquez and url:
+            self.console.print(f"Open Marquez: {url}/api/v1/namespaces (web UI: run marquez-web against it)")
+
+    def close(self) -> None:
+        self.children.stop()
+        if self.broker_dir is not None:
+            from olstream.infra import kafka
+
+            kafka.stop_broker(self.broker_dir)
+        if self.s.keep or self.failed:
+            self.console.print(f"work directory (process logs): {self.work}")
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main(settings: DemoSettings) -> int:
+    console = Console()
+    demo = Demo(settings, console)
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping everything the demo started[/]")
+        return 130
+    except BaseException:
+        demo.failed = True
+        raise
+    finally:
+        demo.close()

@@ -1,0 +1,81 @@
+"""Broker-side observers of `olstream demo`: end offsets, a group's committed position, a read-only tail."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+log = logging.getLogger(__name__)
+
+
+class OffsetWatcher:
+    def __init__(self, bootstrap: str, timeout: float = 5.0) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.timeout = timeout
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """Partition -> end offset; {} when the topic does not exist (yet)."""
+        try:
+            meta = self.admin.list_topics(topic=topic, timeout=self.timeout)
+            t = meta.topics.get(topic)
+            if t is None or t.error is not None or not t.partitions:
+                return {}
+            request = {TopicPartition(topic, p): _LATEST for p in t.partitions}
+            result = self.admin.list_offsets(request, request_timeout=self.timeout)
+            return {tp.partition: fut.result().offset for tp, fut in result.items()}
+        except KafkaException as e:
+            log.debug("cannot read end offsets of %s: %s", topic, e)
+            return {}
+
+    def end_total(self, topic: str) -> int:
+        return sum(self.ends(topic).values())
+
+    def group_position(self, group: str, topic: str) -> tuple[int, int]:
+        """(sum of the group's committed offsets on topic, sum of the topic's end offsets)."""
+        ends = self.ends(topic)
+        try:
+            req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in ends])]
+            result = self.admin.list_consumer_group_offsets(req, request_timeout=self.timeout)
+            committed = 0
+            for fut in result.values():
+                for tp in fut.result().topic_partitions or []:
+                    committed += max(0, tp.offset)
+        except KafkaException as e:
+            log.debug("cannot read offsets of group %s: %s", group, e)
+            committed = 0
+        return committed, sum(ends.values())
+
+
+class TopicFollower:
+    """Reads a topic from the beginning without committing (it never disturbs the pipeline's groups)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+            }
+        )
+        self.consumer.subscribe([topic])
+
+    def poll(self, max_messages: int = 2000, timeout: float = 0.2) -> list[bytes]:
+        values: list[bytes] = []
+        for msg in self.consumer.consume(max_messages, timeout):
+            err = msg.error()
+            if err is not None:
+                log.debug("observer: %s", err)
+                continue
+            value = msg.value()
+            if value:
+                values.append(value)
+        return values
+
+    def close(self) -> None:
+        self.consumer.close()

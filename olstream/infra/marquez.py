@@ -1,0 +1,286 @@
+"""A local Marquez API server from Maven Central (no Docker), on a PostgreSQL database it owns.
+
+`up` resolves `io.github.marquezproject:marquez-api` into `~/.cache/olstream/marquez/<version>/libs`
+(once per version), creates the `marquez` role and a database owned by it, renders `marquez.yml`
+from `infra/marquez/marquez.yml` and starts `marquez.MarquezApp server marquez.yml` on Java 17.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import string
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from olstream.errors import ConfigError, InfrastructureError
+from olstream.infra.process import pid_alive, port_free, stop_pid, tail
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARQUEZ_VERSION = "0.50.0"
+DEFAULT_PORT = 5000
+MAIN_CLASS = "marquez.MarquezApp"
+HEAP_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+POM = REPO_ROOT / "infra" / "marquez" / "pom.xml"
+CONFIG_TEMPLATE = REPO_ROOT / "infra" / "marquez" / "marquez.yml"
+
+
+def _home(var: str, default: Path) -> Path:
+    return Path(os.environ.get(var) or default)
+
+
+def default_data_dir() -> Path:
+    return _home("XDG_STATE_HOME", Path.home() / ".local" / "state") / "olstream" / "marquez"
+
+
+def jar_dir(version: str) -> Path:
+    return _home("XDG_CACHE_HOME", Path.home() / ".cache") / "olstream" / "marquez" / version / "libs"
+
+
+@dataclass(frozen=True)
+class MarquezSettings:
+    """One local Marquez API server and the PostgreSQL database it keeps its metadata in."""
+
+    version: str
+    port: int
+    admin_port: int
+    data_dir: Path
+    pg_admin_url: str  # a superuser URL of the PostgreSQL server; Marquez gets its own role and db
+    db_name: str = "marquez"
+    db_user: str = "marquez"
+    db_password: str = "marquez"
+    host: str = "127.0.0.1"
+    start_timeout: float = 240.0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "marquez.pid"
+
+    @property
+    def config_file(self) -> Path:
+        return self.data_dir / "marquez.yml"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "marquez.out"
+
+    def jdbc_url(self) -> str:
+        parts = urlsplit(self.pg_admin_url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or 5432
+        return f"jdbc:postgresql://{host}:{port}/{self.db_name}"
+
+
+def render_config(settings: MarquezSettings, template: str | None = None) -> str:
+    """marquez.yml with this server's ports and database filled in."""
+    text = template if template is not None else CONFIG_TEMPLATE.read_text(encoding="utf-8")
+    return string.Template(text).substitute(
+        host=settings.host,
+        port=settings.port,
+        admin_port=settings.admin_port,
+        jdbc_url=settings.jdbc_url(),
+        db_user=settings.db_user,
+        db_password=settings.db_password,
+    )
+
+
+def is_shaded(jar: Path) -> bool:
+    """True when the jar carries its own Dropwizard (a runnable fat jar)."""
+    with zipfile.ZipFile(jar) as z:
+        return any(n.startswith("io/dropwizard/") for n in z.namelist())
+
+
+def main_jar(libs: Path, version: str) -> Path | None:
+    jar = libs / f"marquez-api-{version}.jar"
+    return jar if jar.is_file() else None
+
+
+def resolve_classpath(version: str) -> str:
+    """The Java classpath of the Marquez server, downloading it with Maven on first use."""
+    override = os.environ.get("OLSTREAM_MARQUEZ_JAR")
+    if override:
+        if not Path(override).is_file():
+            raise ConfigError(f"OLSTREAM_MARQUEZ_JAR={override} is not a file")
+        return override
+    libs = jar_dir(version)
+    jar = main_jar(libs, version)
+    if jar is None:
+        download(version, libs)
+        jar = main_jar(libs, version)
+        if jar is None:
+            raise InfrastructureError(f"Maven finished but {libs} holds no marquez-api-{version}.jar")
+    return str(jar) if is_shaded(jar) else f"{libs}/*"
+
+
+def download(version: str, libs: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise InfrastructureError("Maven (mvn) is not installed: apt-get install -y maven")
+    cmd = [
+        mvn,
+        "-B",
+        "-U",
+        "-Dstyle.color=never",
+        "-q",
+        "-f",
+        str(POM),
+        f"-Dmarquez.version={version}",
+        f"-Doutput.dir={libs}",
+        "dependency:copy-dependencies",
+    ]
+    log.info("resolving Marquez %s from Maven Central into %s", version, libs)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        errors = [
+            ln.strip()
+            for ln in re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()
+            if "ERROR]" in ln and ln.strip() != "[ERROR]"
+        ][:1]
+        raise InfrastructureError(
+            f"cannot resolve io.github.marquezproject:marquez-api:{version} from Maven Central "
+            f"({' '.join(cmd)}): " + (" | ".join(errors) or f"exit {done.returncode}")
+        )
+
+
+def ensure_database(settings: MarquezSettings) -> None:
+    """Create the Marquez role and a database OWNED by it (PostgreSQL 15+ needs the ownership)."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(settings.pg_admin_url, autocommit=True, connect_timeout=10) as conn:
+            role = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (settings.db_user,)).fetchone()
+            if role is None:
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                        sql.Identifier(settings.db_user), sql.Literal(settings.db_password)
+                    )
+                )
+            db = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (settings.db_name,)).fetchone()
+            if db is None:
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                        sql.Identifier(settings.db_name), sql.Identifier(settings.db_user)
+                    )
+                )
+    except psycopg.Error as e:
+        raise InfrastructureError(f"cannot prepare the Marquez database {settings.db_name!r}: {e}") from e
+
+
+def read_pid(settings: MarquezSettings) -> int | None:
+    try:
+        pid = int(settings.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def api_ready(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/namespaces", timeout=timeout) as resp:
+            json.load(resp)
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def up(settings: MarquezSettings) -> str:
+    """Start Marquez (or find it running) and return its URL once the API answers."""
+    if read_pid(settings) is not None and api_ready(settings.url):
+        return settings.url
+    java = shutil.which("java")
+    if java is None:
+        raise InfrastructureError("Java 17 is not installed: apt-get install -y openjdk-17-jre-headless")
+    if not port_free(settings.host, settings.port):
+        raise InfrastructureError(f"port {settings.port} is taken: choose another with --port")
+    classpath = resolve_classpath(settings.version)
+    ensure_database(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.config_file.write_text(render_config(settings), encoding="utf-8")
+    cmd = [
+        java,
+        "-Duser.timezone=UTC",
+        *HEAP_OPTS,
+        "-cp",
+        classpath,
+        MAIN_CLASS,
+        "server",
+        str(settings.config_file),
+    ]
+    with settings.log_file.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    settings.pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + settings.start_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InfrastructureError(
+                f"Marquez exited with {proc.returncode}; last log lines:\n{tail(settings.log_file)}"
+            )
+        if api_ready(settings.url):
+            log.info("Marquez %s is up at %s (pid %d)", settings.version, settings.url, proc.pid)
+            return settings.url
+        time.sleep(1.0)
+    stop_pid(proc.pid)
+    raise InfrastructureError(
+        f"Marquez did not answer on {settings.url} within {settings.start_timeout:.0f}s; "
+        f"last log lines:\n{tail(settings.log_file)}"
+    )
+
+
+def down(settings: MarquezSettings) -> bool:
+    """Stop the Marquez this data dir started; False when none was running."""
+    pid = read_pid(settings)
+    if pid is None:
+        return False
+    stop_pid(pid)
+    settings.pid_file.unlink(missing_ok=True)
+    return True
+
+
+def status(settings: MarquezSettings) -> str:
+    pid = read_pid(settings)
+    if pid is None:
+        return "stopped"
+    return f"running (pid {pid}) at {settings.url}" + (
+        "" if api_ready(settings.url) else ", API not answering"
+    )
+
+
+def default_pg_admin_url() -> str:
+    """The superuser URL of the local `olstream postgres` server, started when needed."""
+    try:
+        from olstream.infra import postgres
+    except ImportError as e:
+        raise ConfigError("no PostgreSQL for Marquez: pass --pg-url or set OLSTREAM_MARQUEZ_PG_URL") from e
+    ensure = getattr(postgres, "ensure_running", None)
+    if ensure is None:
+        raise ConfigError("no PostgreSQL for Marquez: pass --pg-url or set OLSTREAM_MARQUEZ_PG_URL")
+    return str(ensure())
+
+
+def settings_from_args(args: argparse.Namespace) -> MarquezSettings:
+    needs_pg = getattr(args, "marquez_action", "up") == "up"
+    pg_url = args.pg_url or (default_pg_admin_url() if needs_pg else "postgresql://127.0.0.1:5432/postgres")
+    return MarquezSettings(
+        version=args.version,
+        port=args.port,
+        admin_port=args.admin_port or args.port + 1,
+        data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
+        pg_admin_url=pg_url,
+    )
