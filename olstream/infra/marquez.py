@@ -263,15 +263,17 @@ def status(settings: MarquezSettings) -> str:
 
 
 def default_pg_admin_url() -> str:
-    """The superuser URL of the local `olstream postgres` server, started when needed."""
-    try:
-        from olstream.infra import postgres
-    except ImportError as e:
-        raise ConfigError("no PostgreSQL for Marquez: pass --pg-url or set OLSTREAM_MARQUEZ_PG_URL") from e
-    ensure = getattr(postgres, "ensure_running", None)
-    if ensure is None:
-        raise ConfigError("no PostgreSQL for Marquez: pass --pg-url or set OLSTREAM_MARQUEZ_PG_URL")
-    return str(ensure())
+    """The superuser URL of the local `olstream postgres` server (started when it is not running)."""
+    from olstream.infra import postgres
+
+    settings = postgres.PostgresSettings(
+        port=int(os.environ.get("OLSTREAM_PG_PORT", postgres.DEFAULT_PORT)),
+        data_dir=postgres.default_data_dir(),
+    )
+    state, started = postgres.start_server(settings)
+    if started:
+        log.info("started the local PostgreSQL for Marquez (stop it with `olstream postgres down`)")
+    return state.url
 
 
 def settings_from_args(args: argparse.Namespace) -> MarquezSettings:
