@@ -82,7 +82,8 @@ def settings_from_args(args: argparse.Namespace) -> SourceSettings:
         raise ConfigError("no event log: pass --log URL or set OLSTREAM_LOG_URL")
     topic = args.topic or _env("OLSTREAM_SOURCE_TOPIC", DEFAULT_TOPIC)
     try:
-        partitions = int(args.partitions or _env("OLSTREAM_SOURCE_PARTITIONS", "6"))
+        count = args.partitions
+        partitions = int(count if count is not None else _env("OLSTREAM_SOURCE_PARTITIONS", "6"))
         port = args.metrics_port
         metrics_port = int(port if port is not None else _env("OLSTREAM_METRICS_PORT", "0"))
     except ValueError as e:
@@ -133,6 +134,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     arg("--log-format", choices=("text", "json"), help="[OLSTREAM_LOG_FORMAT, text]")
     arg("--log-level", help="[OLSTREAM_LOG_LEVEL, INFO]")
     p.set_defaults(func=main)
+
+
+def build_parser_for_tests() -> argparse.ArgumentParser:
+    """A parser holding only this subcommand (for unit tests of the flags)."""
+    parser = argparse.ArgumentParser(prog="olstream")
+    register(parser.add_subparsers(dest="command"))
+    return parser
 
 
 def main(args: argparse.Namespace) -> int:
