@@ -1,0 +1,24 @@
+# olstream: one image for every command (`olstream source|worker|sink|status|log simulate ...`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# graphviz renders `olstream graph`; everything else comes as wheels.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends graphviz \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY avro ./avro
+COPY olstream ./olstream
+COPY connectors ./connectors
+COPY streams ./streams
+RUN pip install .
+
+RUN useradd --system --uid 10001 --home-dir /var/lib/olstream --create-home olstream
+USER olstream
+WORKDIR /var/lib/olstream
+EXPOSE 9100
+ENTRYPOINT ["olstream"]
+CMD ["--help"]
