@@ -202,7 +202,7 @@ class Demo:
                     if url:
                         committed, end = watcher.group_position(topics.sink_group, topics.events)
                         done_runs = counts.runs_finished if end and committed >= end else 0
-                        stream_done = len(observed.terminal_runs) >= counts.runs_finished
+                        stream_done = observed.complete(counts)
                         bars.update(
                             sink, completed=done_runs if stream_done else len(delivered.terminal_runs)
                         )
@@ -212,7 +212,7 @@ class Demo:
                         for line in file_follower.new_lines():
                             delivered.add(line)
                         bars.update(sink, completed=len(delivered.terminal_runs))
-                        if len(delivered.terminal_runs) >= counts.runs_finished:
+                        if delivered.complete(counts):
                             return delivered
                     if time.monotonic() > deadline:
                         raise InfrastructureError(

@@ -71,7 +71,13 @@ class OutputTally:
     events: list[dict[str, object]] = field(default_factory=list)
     seen: set[bytes] = field(default_factory=set)
     terminal_runs: set[str] = field(default_factory=set)
+    started_runs: set[str] = field(default_factory=set)
     duplicates: int = 0
+
+    def complete(self, counts: LogCounts) -> bool:
+        """Every started run's START and every finished run's terminal event is here."""
+        started, finished = len(self.started_runs), len(self.terminal_runs)
+        return started >= counts.runs_started and finished >= counts.runs_finished
 
     def add(self, raw: bytes) -> None:
         if raw in self.seen:
@@ -80,8 +86,11 @@ class OutputTally:
         self.seen.add(raw)
         doc = json.loads(raw)
         self.events.append(doc)
+        run_id = str(doc.get("run", {}).get("runId"))
         if doc.get("eventType") in TERMINAL_TYPES:
-            self.terminal_runs.add(str(doc.get("run", {}).get("runId")))
+            self.terminal_runs.add(run_id)
+        elif doc.get("eventType") == "START":
+            self.started_runs.add(run_id)
 
 
 class FileFollower:

@@ -1,0 +1,82 @@
+"""`olstream demo --runs 50` end to end: separate processes, a terminal event per finished run, a picture."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from connectors.eventlog.codec import decode
+from connectors.eventlog.records import RunEnded, RunStarted
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = {"COMPLETE", "FAIL", "ABORT"}
+
+
+def test_demo_delivers_a_terminal_event_per_finished_run_and_draws_the_graph(
+    kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    out = tmp_path / "lineage.jsonl"
+    done = subprocess.run(
+        [*olstream_cmd, "demo", "--runs", "50", "--workers", "2", "--partitions", "3", "--seed", "11",
+         "--bootstrap", kafka_bootstrap, "--out", str(out), "--timeout", "240"],
+        env={**subprocess_env, "COLUMNS": "120"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    events = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+    terminal_runs = {e["run"]["runId"] for e in events if e["eventType"] in TERMINAL}
+    started_runs = {e["run"]["runId"] for e in events if e["eventType"] == "START"}
+    assert terminal_runs and terminal_runs <= started_runs
+    found = re.search(r"runs simulated \(started / finished\)\D*(\d+) / (\d+)", done.stdout)
+    assert found, done.stdout
+    assert len(started_runs) == int(found.group(1))
+    assert len(terminal_runs) == int(found.group(2))
+    # the summary names every stage's numbers
+    for label in (
+        "events COMPLETE",
+        "jobs",
+        "datasets",
+        "dataset edges",
+        "parent edges",
+        "parent_not_visible",
+    ):
+        assert label in done.stdout, label
+    svg = out.with_suffix(".svg")
+    assert svg.read_text(encoding="utf-8").lstrip().startswith(("<?xml", "<svg"))
+    assert "<svg" in svg.read_text(encoding="utf-8")
+
+
+def test_demo_counts_match_the_simulated_log(tmp_path: Path) -> None:
+    """The demo's expectation (runs with both RunStarted and RunEnded) read from a real SQLite log."""
+    from connectors.eventlog.simulate import simulate
+    from connectors.eventlog.store import open_store
+    from olstream.demo_support import count_log
+
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    store = open_store(url, partitions=3, create=True)
+    try:
+        summary = simulate(store, runs=40, seed=3)
+        started: set[str] = set()
+        ended: set[str] = set()
+        for p in store.partitions():
+            for row in store.read(p, -1, 100_000):
+                rec = decode(row.payload, row.partition, row.offset)
+                if isinstance(rec, RunStarted):
+                    started.add(rec.engine_run_id)
+                elif isinstance(rec, RunEnded):
+                    ended.add(rec.engine_run_id)
+    finally:
+        store.close()
+    counts = count_log(url)
+    assert counts.records == summary.records
+    assert counts.runs_started == len(started)
+    assert counts.runs_finished == len(started & ended)
+    assert counts.undecodable == 0
