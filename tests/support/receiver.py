@@ -1,0 +1,272 @@
+"""A conformance OpenLineage receiver: a real HTTP/1.1 server on loopback, scriptable.
+
+It runs a raw asyncio HTTP server in a background thread (or, for benchmarks, as its
+own process: `python -m tests.support.receiver --port 0`), records every request body
+byte for byte, validates it against the official OpenLineage schemas (optional), and
+answers according to a script: a status with headers, a hang (accept, never answer), or
+a dropped connection. `stop()` / `start()` simulate an outage on the same port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+REASONS = {
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the receiver does with one request: answer `status`, or `hang`, or `drop` the connection."""
+
+    status: int = 201
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    action: str = "respond"  # respond | hang | drop
+
+    @staticmethod
+    def hang() -> Reply:
+        return Reply(action="hang")
+
+    @staticmethod
+    def drop() -> Reply:
+        return Reply(action="drop")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    received_at: float
+    status: int | None  # what was answered (None for hang/drop)
+
+
+Responder = Callable[[Request, int], Reply]
+
+
+def always_created(request: Request, n: int) -> Reply:
+    return Reply(201)
+
+
+@dataclass
+class _State:
+    responder: Responder = always_created
+    script: list[Reply] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    count: int = 0
+    record: bool = True
+
+
+class _HttpProtocol(asyncio.Protocol):
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.hung = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.receiver._transports.add(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.receiver._transports.discard(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while not self.hung and self.transport is not None and not self.transport.is_closing():
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+            headers = {}
+            for line in head[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            length = int(headers.get("content-length", "0"))
+            if len(self.buf) < end + 4 + length:
+                return
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
+            method, path = [*head[0].split(" "), "", ""][:2]
+            self._answer(method, path, headers, body)
+
+    def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        assert self.transport is not None
+        reply = self.receiver._decide(method, path, headers, body)
+        if reply.action == "hang":
+            self.hung = True
+            return
+        if reply.action == "drop":
+            self.transport.abort()
+            return
+        lines = [f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"]
+        lines.append(f"Content-Length: {len(reply.body)}")
+        lines += [f"{k}: {v}" for k, v in reply.headers]
+        self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body)
+        if headers.get("connection", "").lower() == "close":
+            self.transport.close()
+
+
+class Receiver:
+    """The scriptable receiver. Use as a context manager; `url` is its base URL."""
+
+    def __init__(self, port: int = 0, validate: bool = True, record: bool = True) -> None:
+        self.port = port
+        self.validate = validate
+        self._state = _State(record=record)
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="receiver", daemon=True)
+        self._server: asyncio.Server | None = None
+        self._transports: set[asyncio.Transport] = set()
+        self._validator: Any = None
+        self._thread.start()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> Receiver:
+        async def open_server() -> asyncio.Server:
+            return await self._loop.create_server(
+                lambda: _HttpProtocol(self), "127.0.0.1", self.port, reuse_address=True
+            )
+
+        self._server = asyncio.run_coroutine_threadsafe(open_server(), self._loop).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        """Close the listening socket and every open connection (an outage)."""
+
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+            for t in list(self._transports):
+                t.abort()
+
+        with contextlib.suppress(TimeoutError):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._server = None
+
+    def close(self) -> None:
+        self.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting -------------------------------------------------------------------------
+    def respond_with(self, responder: Responder) -> None:
+        with self._lock:
+            self._state.responder = responder
+
+    def script(self, *replies: Reply) -> None:
+        """Answer the next requests with these replies, in order, then fall back to the responder."""
+        with self._lock:
+            self._state.script.extend(replies)
+
+    def _decide(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Reply:
+        with self._lock:
+            n = self._state.count
+            self._state.count += 1
+            probe = Request(method, path, headers, body, time.monotonic(), None)
+            reply = self._state.script.pop(0) if self._state.script else self._state.responder(probe, n)
+            status = reply.status if reply.action == "respond" else None
+            if self._state.record:
+                self._state.requests.append(Request(method, path, headers, body, probe.received_at, status))
+        if self.validate and status is not None and 200 <= status < 300:
+            self._check(body)
+        return reply
+
+    def _check(self, body: bytes) -> None:
+        if self._validator is None:
+            from tests.support.openlineage_schema import validator
+
+            self._validator = validator()
+        try:
+            self._validator.validate(body)
+        except AssertionError as e:
+            with self._lock:
+                self._state.invalid.append(str(e)[:500])
+
+    # -- results ---------------------------------------------------------------------------
+    @property
+    def requests(self) -> list[Request]:
+        with self._lock:
+            return list(self._state.requests)
+
+    @property
+    def accepted(self) -> list[Request]:
+        """Requests answered with a 2xx, in arrival order."""
+        return [r for r in self.requests if r.status is not None and 200 <= r.status < 300]
+
+    @property
+    def invalid(self) -> list[str]:
+        with self._lock:
+            return list(self._state.invalid)
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return self._state.count
+
+    def wait_for(self, predicate: Callable[[Receiver], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate(self):
+                return True
+            time.sleep(0.05)
+        return predicate(self)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a fast, non-recording, non-validating receiver as its own process (benchmarks)."""
+    parser = argparse.ArgumentParser(description="fast loopback OpenLineage receiver")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    receiver = Receiver(args.port, validate=False, record=False).start()
+    sys.stdout.write(json.dumps({"port": receiver.port}) + "\n")
+    sys.stdout.flush()
+    try:
+        sys.stdin.read()  # runs until the parent closes our stdin
+    finally:
+        sys.stdout.write(json.dumps({"requests": receiver.count}) + "\n")
+        receiver.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Helpers of the sink integration tests: run `olstream sink` as a real process, check deliveries."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.support.receiver import Request
+from tests.support.sink_events import LineageRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+OLSTREAM = [str(ROOT / ".venv" / "bin" / "olstream")] if (ROOT / ".venv" / "bin" / "olstream").exists() else [
+    sys.executable,
+    "-m",
+    "olstream",
+]
+
+
+def sink_command(bootstrap: str, topic: str, group: str, *extra: str) -> list[str]:
+    return [*OLSTREAM, "sink", "--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra]
+
+
+def start_sink(
+    bootstrap: str, topic: str, group: str, *extra: str, log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OPENLINEAGE_")}
+    full_env.update(env or {})
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            sink_command(bootstrap, topic, group, *extra),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=ROOT,
+        )
+
+
+def run_sink(
+    bootstrap: str, topic: str, group: str, *extra: str, log_path: Path, timeout: float = 120
+) -> int:
+    """Run the sink with --until-idle and return its exit code."""
+    proc = start_sink(bootstrap, topic, group, "--until-idle", *extra, log_path=log_path)
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return [tp.offset for tp in tps]
+    finally:
+        consumer.close()
+
+
+def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[object]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[object] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            for m in consumer.consume(100, timeout=0.5):
+                if m.error() is None:
+                    out.append(m)
+    finally:
+        consumer.close()
+    return out
+
+
+def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: Sequence[Request]) -> None:
+    """Every produced body arrived byte for byte; per key, every delivery of event i came after a
+    delivery of event i-1 (so first deliveries are in produced order, repeats only replay)."""
+    bodies = {r.body for r in accepted}
+    missing = [p for p in produced if p.value not in bodies]
+    assert not missing, f"{len(missing)} of {len(produced)} never delivered, e.g. {missing[0].value[:200]!r}"
+    produced_set = {p.value for p in produced}
+    strangers = [b for b in bodies if b not in produced_set]
+    assert not strangers, f"{len(strangers)} delivered bodies differ from every produced value"
+    index: dict[bytes, tuple[bytes, int]] = {}
+    per_key: dict[bytes, int] = defaultdict(int)
+    for rec in produced:
+        index[rec.value] = (rec.key, per_key[rec.key])
+        per_key[rec.key] += 1
+    seen: dict[bytes, set[int]] = defaultdict(set)
+    for req in accepted:
+        key, pos = index[req.body]
+        assert pos == 0 or pos - 1 in seen[key], (
+            f"key {key!r}: event #{pos} delivered before event #{pos - 1} was ever delivered"
+        )
+        seen[key].add(pos)
