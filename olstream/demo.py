@@ -35,6 +35,8 @@ from olstream.infra.process import free_port
 
 log = logging.getLogger(__name__)
 
+LOG_PARTITIONS = 8
+
 
 @dataclass(frozen=True)
 class DemoSettings:
@@ -98,7 +100,8 @@ class Demo:
         self.tag = uuid.uuid4().hex[:8]
         self.work = Path(tempfile.mkdtemp(prefix="olstream-demo-"))
         self.broker_dir: Path | None = None
-        self.children = Children(self.work, {**os.environ, "PYTHONUNBUFFERED": "1"})
+        env = {k: v for k, v in os.environ.items() if k != "OLSTREAM_METRICS_PORT"}
+        self.children = Children(self.work, {**env, "PYTHONUNBUFFERED": "1"})
         self.failed = False
 
     # -- infrastructure -------------------------------------------------------------------------
@@ -141,11 +144,16 @@ class Demo:
 
     # -- pipeline -------------------------------------------------------------------------------
     def simulate(self, log_url: str) -> LogCounts:
-        args = ["log", "simulate", "--log", log_url, "--runs", str(self.s.runs)]
-        if self.s.seed is not None:
-            args += ["--seed", str(self.s.seed)]
+        """Write the seeded workload in-process (what `olstream log simulate` does) and count it."""
+        from connectors.eventlog.simulate import simulate
+        from connectors.eventlog.store import open_store
+
         with self.console.status(f"simulating {self.s.runs} workflow runs into {log_url} ..."):
-            self.children.run("simulate", args, timeout=self.s.timeout)
+            store = open_store(log_url, partitions=LOG_PARTITIONS, create=True)
+            try:
+                simulate(store, self.s.runs, self.s.seed if self.s.seed is not None else 0)
+            finally:
+                store.close()
             counts = count_log(log_url)
         self.console.print(
             f"[green]✓[/] event log: {counts.records} records, {counts.runs_started} runs started, "
@@ -258,10 +266,14 @@ class Demo:
         return 0
 
     def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
+        from olstream.demo_kafka import OffsetWatcher
         from olstream.kafka_admin import ensure_topic
 
-        for name in (topics.eventlog, topics.events):
+        watcher = OffsetWatcher(bootstrap)
+        # The source's errors topic too: a topic must have its leaders before a client scans it.
+        for name in (topics.eventlog, topics.eventlog + ".errors", topics.events):
             ensure_topic(bootstrap, name, self.s.partitions)
+            watcher.wait_ready(name)
 
     def report(
         self, counts: LogCounts, tally: OutputTally, not_visible: int, elapsed: float, url: str | None

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from olstream.errors import InfrastructureError
 
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
@@ -30,6 +33,23 @@ class OffsetWatcher:
         except KafkaException as e:
             log.debug("cannot read end offsets of %s: %s", topic, e)
             return {}
+
+    def wait_ready(self, topic: str, timeout: float = 30.0) -> None:
+        """Block until every partition has a leader that answers an offsets request."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                t = self.admin.list_topics(topic=topic, timeout=self.timeout).topics.get(topic)
+                ok = t is not None and t.error is None and bool(t.partitions)
+                if t is not None and ok and all(p.leader >= 0 for p in t.partitions.values()):
+                    request = {TopicPartition(topic, p): _LATEST for p in t.partitions}
+                    for fut in self.admin.list_offsets(request, request_timeout=self.timeout).values():
+                        fut.result()
+                    return
+            except KafkaException as e:
+                log.debug("topic %s not ready: %s", topic, e)
+            time.sleep(0.2)
+        raise InfrastructureError(f"topic {topic} has no leader for every partition after {timeout:.0f}s")
 
     def end_total(self, topic: str) -> int:
         return sum(self.ends(topic).values())

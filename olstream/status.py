@@ -84,7 +84,9 @@ def group_lags(
                     topic=topic,
                     committed=sum(max(0, o) for o in done),
                     end=sum(ends[(topic, p)] for p in parts),
-                    partitions_without_commit=sum(1 for o in done if o < 0),
+                    partitions_without_commit=sum(
+                        1 for o, p in zip(done, parts, strict=True) if o < 0 and ends[(topic, p)] > 0
+                    ),
                 )
             )
     return rows
