@@ -5,9 +5,10 @@ writer schema, then the Avro body. Decoding finds the writer schema by its
 fingerprint (current schemas and every historical version under ``avro/history``)
 and resolves it to the current reader schema, so older records still decode.
 
-Records under the current schemas are encoded and decoded by closures compiled once
-per schema (`avro_compiled`, byte-identical to fastavro and several times faster);
-records under an older writer schema go through fastavro's schema resolution.
+Records under the current schemas are encoded and decoded by functions generated once per
+schema (`avro_codegen`, byte-identical to fastavro and several times faster); when encoding
+fails, the closure encoder of `avro_compiled` re-runs to name the offending field. Records
+under an older writer schema go through fastavro's schema resolution.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
+from connectors.eventlog.avro_codegen import generate
 from connectors.eventlog.avro_compiled import Decoder, Encoder, SchemaCompiler
 from connectors.eventlog.records import (
     RECORD_TYPES,
@@ -215,29 +217,56 @@ def from_avro_dict(record_name: str, d: dict[str, Any]) -> Record:
     )
 
 
-def _compiler() -> SchemaCompiler:
-    return SchemaCompiler(
-        record_types={
-            "RunStarted": RunStarted,
-            "DatasetDeclared": DatasetDeclared,
-            "RunEnded": RunEnded,
-            "RunRef": RunRef,
-            "RunError": RunError,
-        },
-        enum_types={"Direction": Direction, "RunStatus": RunStatus},
-    )
+_RECORD_CLASSES: dict[str, type[Any]] = {
+    "RunStarted": RunStarted,
+    "DatasetDeclared": DatasetDeclared,
+    "RunEnded": RunEnded,
+    "RunRef": RunRef,
+    "RunError": RunError,
+}
+_ENUM_CLASSES: dict[str, type[Any]] = {"Direction": Direction, "RunStatus": RunStatus}
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordCodec:
+    header: bytes
+    encode: Encoder  # generated, fast
+    encode_tail: Encoder  # generated: the fields after partition and offset
+    encode_checked: Encoder  # closures naming the offending field on error
 
 
 @cache
-def _compiled() -> tuple[dict[type[Any], tuple[bytes, Encoder]], dict[bytes, tuple[str, Decoder]]]:
-    """(record class -> (header, encoder), current fingerprint -> (record name, decoder))."""
-    encoders: dict[type[Any], tuple[bytes, Encoder]] = {}
+def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, Decoder]]]:
+    """(record class -> its encoders, current fingerprint -> (record name, generated decoder))."""
+    encoders: dict[type[Any], _RecordCodec] = {}
     decoders: dict[bytes, tuple[str, Decoder]] = {}
     for name, ws in current_schemas().items():
         raw = json.loads((schema_dir() / ws.source).read_text(encoding="utf-8"))
-        encoders[RECORD_TYPES[name]] = (MAGIC + ws.fingerprint, _compiler().encoder(raw))
-        decoders[ws.fingerprint] = (name, _compiler().decoder(raw))
+        head = [(f["name"], f["type"]) for f in raw["fields"][:2]]
+        if head != [("partition", "int"), ("offset", "long")]:
+            raise ValueError(f"{ws.source} must start with partition: int, offset: long")
+        generated = generate(raw, _RECORD_CLASSES, _ENUM_CLASSES, tail_skip=2)
+        checked = SchemaCompiler(_RECORD_CLASSES, _ENUM_CLASSES).encoder(raw)
+        header = MAGIC + ws.fingerprint
+        encoders[RECORD_TYPES[name]] = _RecordCodec(header, generated.encode, generated.encode_tail, checked)
+        decoders[ws.fingerprint] = (name, generated.decode)
     return encoders, decoders
+
+
+def _codec_for(record: Record) -> _RecordCodec:
+    try:
+        return _compiled()[0][type(record)]
+    except KeyError as e:
+        raise ValueError(f"not an event-log record: {type(record).__name__}") from e
+
+
+def _encode_error(rc: _RecordCodec, record: Record, fast_error: Exception) -> ValueError:
+    """Re-encode with the checking encoder to name the offending field."""
+    try:
+        rc.encode_checked(bytearray(), record)
+    except ValueError as e:
+        return ValueError(f"cannot encode {type(record).__name__}: {e}")
+    return ValueError(f"cannot encode {type(record).__name__}: {fast_error!r}")
 
 
 def encode(record: Record) -> bytes:
@@ -245,15 +274,12 @@ def encode(record: Record) -> bytes:
 
     Raises ValueError naming the field when a value does not fit the schema.
     """
+    rc = _codec_for(record)
+    buf = bytearray(rc.header)
     try:
-        header, write = _compiled()[0][type(record)]
-    except KeyError as e:
-        raise ValueError(f"not an event-log record: {type(record).__name__}") from e
-    buf = bytearray(header)
-    try:
-        write(buf, record)
-    except ValueError as e:
-        raise ValueError(f"cannot encode {type(record).__name__}: {e}") from e
+        rc.encode(buf, record)
+    except Exception as e:
+        raise _encode_error(rc, record, e) from e
     return bytes(buf)
 
 
@@ -319,6 +345,8 @@ def _decode_resolving(data: bytes, partition: int | None, offset: int | None) ->
 
 
 def _zigzag_varint(n: int) -> bytes:
+    if 0 <= n < 64:
+        return _SMALL_VARINTS[n]
     z = (n << 1) ^ (n >> 63)
     out = bytearray()
     while z > 0x7F:
@@ -328,18 +356,29 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = tuple(bytes([n << 1]) for n in range(64))
+
+
 def offset_encoder(record: Record) -> Callable[[int], bytes]:
     """A function `offset -> bytes` giving `encode(replace(record, offset=offset))`, cheaply.
 
-    Every schema starts with ``partition: int`` then ``offset: long``, so the body after the
-    offset is encoded once and only the offset's varint is spliced in per call (the store
-    assigns the offset inside its append transaction).
+    Every schema starts with ``partition: int`` then ``offset: long`` (checked at load), so
+    the fields after them are encoded once, now (errors surface to the caller), and only
+    the offset's varint is spliced in per call (the store assigns the offset inside its
+    append transaction).
     """
-    encoded = encode(record)
-    prefix = encoded[:HEADER_LEN] + _zigzag_varint(record.partition)
-    tail = encoded[len(prefix) + len(_zigzag_varint(record.offset)) :]
+    rc = _codec_for(record)
+    tail = bytearray()
+    try:
+        if not -(2**31) <= record.partition < 2**31:
+            raise ValueError(f"partition {record.partition} out of the Avro int range")
+        rc.encode_tail(tail, record)
+    except Exception as e:
+        raise _encode_error(rc, record, e) from e
+    prefix = rc.header + _zigzag_varint(record.partition)
+    rest = bytes(tail)
 
     def build(offset: int) -> bytes:
-        return prefix + _zigzag_varint(offset) + tail
+        return prefix + _zigzag_varint(offset) + rest
 
     return build

@@ -159,8 +159,8 @@ class EventLogWriter:
         """Append a RunStarted and return the handle for the run's further records.
 
         `parent`/`root` may be a handle (full coordinates) or a RunRef (possibly with only
-        `engine_run_id`). A child given a parent handle but no root gets the parent's root
-        (or the parent itself when it has none).
+        `engine_run_id`). A child given a parent handle but no root inherits the parent's root
+        (the parent itself when the parent has no parent); otherwise root stays None.
         """
         append_time = self.now()
         run_id = _require_text(
@@ -169,7 +169,7 @@ class EventLogWriter:
         parent_ref = parent.ref if isinstance(parent, RunHandle) else parent
         root_ref = root.ref if isinstance(root, RunHandle) else root
         if root_ref is None and isinstance(parent, RunHandle):
-            root_ref = parent.root or parent.ref
+            root_ref = parent.tree_root
         for label, ref in (("parent", parent_ref), ("root", root_ref)):
             if ref is not None:
                 _require_text(f"{label}.engine_run_id", ref.engine_run_id)
@@ -200,18 +200,28 @@ class EventLogWriter:
             workflow_instance=record.workflow_instance,
             start_time=record.start_time,
         )
-        return RunHandle(self, ref, record.partition, root_ref)
+        return RunHandle(self, ref, record.partition, root_ref, has_parent=parent_ref is not None)
 
 
 class RunHandle:
     """A started run: declares its datasets and ends it, all in the run's partition."""
 
-    def __init__(self, writer: EventLogWriter, ref: RunRef, partition: int, root: RunRef | None) -> None:
+    def __init__(
+        self, writer: EventLogWriter, ref: RunRef, partition: int, root: RunRef | None, *, has_parent: bool
+    ) -> None:
         self._writer = writer
         self.ref = ref
         self.partition = partition
         self.root = root
+        self.has_parent = has_parent
         self.status: RunStatus | None = None
+
+    @property
+    def tree_root(self) -> RunRef | None:
+        """The root a child of this run inherits: this run's root, or this run if it is a root."""
+        if self.root is not None:
+            return self.root
+        return None if self.has_parent else self.ref
 
     @property
     def engine_run_id(self) -> str:
