@@ -167,3 +167,35 @@ def test_concurrent_writer_processes_and_a_reader(store: EventLogStore, log_url:
         assert [r.offset for r in rows] == list(range(len(rows))), f"gap in partition {p}"
     payloads = sorted(r.payload.decode() for rows in seen.values() for r in rows)
     assert payloads == sorted(f"{tag}:{j}" for tag in ("a", "b") for j in range(n))
+
+
+def test_log_simulate_command_writes_a_decodable_workload(log_url: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "olstream",
+        "log",
+        "simulate",
+        "--log",
+        log_url,
+        "--runs",
+        "120",
+        "--seed",
+        "4",
+    ]
+    out = subprocess.run(
+        [*cmd, "--partitions", "4"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "wrote 120 runs" in out.stdout and "open runs (no RunEnded)" in out.stdout
+    store = open_store(log_url)
+    try:
+        rows = [row for p in store.partitions() for row in store.read(p, -1, 10_000)]
+        records = [decode(r.payload, r.partition, r.offset) for r in rows]
+        assert sum(isinstance(r, RunStarted) for r in records) == 120
+        assert f"{len(rows)} records into 4 partitions" in out.stdout
+    finally:
+        store.close()
+    mismatch = subprocess.run([*cmd, "--partitions", "8"], env=env, cwd=REPO, capture_output=True, text=True)
+    assert mismatch.returncode == 1 and "4 partitions" in mismatch.stderr
