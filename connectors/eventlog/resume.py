@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 HEADER_PARTITION = "olstream.partition"
 HEADER_OFFSET = "olstream.offset"
 FIRST_WINDOW = 500
+_NOT_READY = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
 
 
 def message_key(log_partition: int) -> bytes:
@@ -131,7 +137,7 @@ class PositionScanner:
     def _scan_partition(
         self, topic: str, kp: int, count: int, need: set[int] | None
     ) -> tuple[dict[int, int], int, bool]:
-        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, kp), timeout=self._timeout)
+        low, high = self._watermarks(topic, kp)
         found: dict[int, int] = {}
         read = 0
         end = high
@@ -153,6 +159,20 @@ class PositionScanner:
             end = start
             window *= 4
         return found, read, True
+
+    def _watermarks(self, topic: str, kp: int) -> tuple[int, int]:
+        """Low and high watermarks, retried while a new topic's leaders are still being elected."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                tp = TopicPartition(topic, kp)
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout)
+                return int(low), int(high)
+            except KafkaException as e:
+                err = e.args[0]
+                if time.monotonic() > deadline or not (err.retriable() or err.code() in _NOT_READY):
+                    raise InfrastructureError(f"cannot read the watermarks of {topic}[{kp}]: {err}") from e
+                time.sleep(0.1)
 
     def _read_range(self, topic: str, kp: int, start: int, end: int) -> Iterable[Message]:
         """Messages of one Kafka partition from `start` until `end` (exclusive) or its end."""
