@@ -14,12 +14,16 @@ same records. Times start at `base_time` and advance by seeded increments, never
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from connectors.eventlog import simulate_catalog as cat
 from connectors.eventlog.records import RunError, RunRef, RunStatus
@@ -29,6 +33,7 @@ from connectors.eventlog.writer import EventLogWriter, RunHandle
 BASE_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)
 MAX_DEPTH = 4
 OPEN = "open"
+T = TypeVar("T")
 STATUS_ORDER = (*(s.value for s in RunStatus), OPEN)
 
 
@@ -113,22 +118,31 @@ class _Simulation:
         self.rng.shuffle(self.forced_status)
         self.forced_parent_modes = ["partial", "no_root"]
         self.statuses = list(cat.STATUS_WEIGHTS)
-        self.status_weights = list(cat.STATUS_WEIGHTS.values())
+        self.status_cumulative = list(itertools.accumulate(cat.STATUS_WEIGHTS.values()))
+        self.random = self.rng.random
+
+    def pick(self, seq: Sequence[T]) -> T:
+        """A seeded choice (cheaper than Random.choice)."""
+        return seq[int(self.random() * len(seq))]
+
+    def between(self, low: int, high: int) -> int:
+        """A seeded integer in [low, high] (cheaper than Random.randint)."""
+        return low + int(self.random() * (high - low + 1))
 
     def tick(self, low_ms: int = 1, high_ms: int = 4000) -> datetime:
         """Advance the simulated clock by a seeded amount (random() is cheaper than randint())."""
         span = (high_ms - low_ms) * 1000
-        self.now += timedelta(microseconds=low_ms * 1000 + int(self.rng.random() * span))
+        self.now += timedelta(microseconds=low_ms * 1000 + int(self.random() * span))
         return self.now
 
     def new_id(self) -> str:
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        return str(uuid.UUID(bytes=self.rng.randbytes(16), version=4))
 
     def run(self) -> None:
         first = True
         with self.writer.batch():  # one transaction per `batch_size` records
             while self.remaining > 0:
-                root_type = cat.DEEP_CHAIN_ROOT if first else self.rng.choice(cat.ROOT_TYPES)
+                root_type = cat.DEEP_CHAIN_ROOT if first else self.pick(cat.ROOT_TYPES)
                 self.tick(1000, 90_000)
                 self.run_tree(cat.WORKFLOWS[root_type], depth=0, parent=None, root=None, chain=first)
                 first = False
@@ -136,16 +150,18 @@ class _Simulation:
     def pick_status(self) -> RunStatus | None:
         if self.forced_status:
             return self.forced_status.pop()
-        return self.rng.choices(self.statuses, self.status_weights)[0]
+        return self.statuses[
+            bisect.bisect(self.status_cumulative, self.random() * self.status_cumulative[-1])
+        ]
 
     def instance_for(self, wf: cat.WorkflowType, parent: RunHandle | None) -> tuple[str, datetime | None]:
         if parent is not None:
-            return f"{parent.ref.workflow_instance}/{wf.name}-{self.rng.randint(1, 9)}", None
+            return f"{parent.ref.workflow_instance}/{wf.name}-{self.between(1, 9)}", None
         if wf.schedule_minutes is not None:
             period = timedelta(minutes=wf.schedule_minutes)
             nominal = BASE_TIME + ((self.now - BASE_TIME) // period) * period
             return f"{wf.name}@{nominal:%Y-%m-%dT%H:%M}", nominal
-        return f"{wf.name}-{self.rng.randint(1, 400)}", None
+        return f"{wf.name}-{self.between(1, 400)}", None
 
     def start(
         self,
@@ -161,7 +177,7 @@ class _Simulation:
         root_arg = root
         if parent is not None:
             mode = self.forced_parent_modes.pop() if self.forced_parent_modes else None
-            roll = self.rng.random()
+            roll = self.random()
             if mode == "partial" or (mode is None and roll < 0.12):
                 parent_arg, root_arg = RunRef(engine_run_id=parent.engine_run_id), None
                 self.tally.partial_parent += 1
@@ -173,11 +189,11 @@ class _Simulation:
         run = self.writer.run_started(
             namespace=wf.namespace,
             workflow_type=wf.name,
-            workflow_version=self.rng.choice(wf.versions),
+            workflow_version=self.pick(wf.versions),
             workflow_instance=instance,
-            task_id=self.rng.choice(cat.TENANTS),
+            task_id=self.pick(cat.TENANTS),
             engine_run_id=self.new_id(),
-            principal=wf.principal if self.rng.random() < 0.8 else self.rng.choice((None, *cat.OPERATORS)),
+            principal=wf.principal if self.random() < 0.8 else self.pick((None, *cat.OPERATORS)),
             nominal_start_time=nominal,
             nominal_end_time=None if nominal is None else nominal + period,
             parent=parent_arg,
@@ -218,25 +234,26 @@ class _Simulation:
         self, run: RunHandle, wf: cat.WorkflowType, depth: int, root: RunHandle, chain: bool
     ) -> RunStatus | None:
         rng = self.rng
-        count = rng.randint(1, min(6, len(wf.inputs) + len(wf.outputs)))
-        n_out = rng.randint(max(0, count - len(wf.inputs)), min(count, len(wf.outputs)))
+        count = self.between(1, min(6, len(wf.inputs) + len(wf.outputs)))
+        n_out = self.between(max(0, count - len(wf.inputs)), min(count, len(wf.outputs)))
         n_in = count - n_out
         inputs = rng.sample(wf.inputs, n_in)
         outputs = rng.sample(wf.outputs, n_out)
         for key in inputs:
             self.declare(run, key, output=False)
         if depth < MAX_DEPTH and wf.children:
-            n_children = 1 if chain else rng.choices((0, 1, 2), (50, 38, 12))[0]
+            roll = self.random()
+            n_children = 1 if chain else (0 if roll < 0.5 else 1 if roll < 0.88 else 2)
             for _ in range(n_children):
                 if self.remaining <= 0:
                     break
-                child = cat.WORKFLOWS[wf.children[0] if chain else rng.choice(wf.children)]
+                child = cat.WORKFLOWS[wf.children[0] if chain else self.pick(wf.children)]
                 self.tick()
                 self.run_tree(child, depth + 1, run, root, chain)
         for key in outputs:
             self.declare(run, key, output=True)
-        if rng.random() < 0.12:  # the same dataset declared again through a Dataset value
-            key = rng.choice(inputs + outputs)
+        if self.random() < 0.12:  # the same dataset declared again through a Dataset value
+            key = self.pick(inputs + outputs)
             ns, name = cat.DATASETS[key]
             self.tally.declared_twice += 1
             self.count_declaration(ns, name)
@@ -253,11 +270,11 @@ class _Simulation:
         return status
 
     def version(self, output: bool) -> str | None:
-        roll = self.rng.random()
+        roll = self.random()
         if output and roll < 0.4:
             return f"sha256:{self.rng.getrandbits(64):016x}"
         if not output and roll < 0.15:
-            return f"v{self.rng.randint(1, 40)}"
+            return f"v{self.between(1, 40)}"
         return None
 
     def count_declaration(self, namespace: str, name: str) -> None:
@@ -275,20 +292,18 @@ class _Simulation:
 
     def error_for(self, status: RunStatus, wf: cat.WorkflowType, keys: list[str]) -> RunError | None:
         spec = cat.ERRORS.get(status)
-        if spec is None or (status is RunStatus.CANCELLED and self.rng.random() < 0.3):
+        if spec is None or (status is RunStatus.CANCELLED and self.random() < 0.3):
             return None
         error_type, templates = spec
-        message = self.rng.choice(templates).format(
-            dataset=cat.DATASETS[self.rng.choice(keys)][1],
-            n=self.rng.randint(2, 99),
-            operator=self.rng.choice(cat.OPERATORS),
+        message = self.pick(templates).format(
+            dataset=cat.DATASETS[self.pick(keys)][1],
+            n=self.between(2, 99),
+            operator=self.pick(cat.OPERATORS),
         )
         trace = cat.STACK_TRACE.format(
-            n=self.rng.randint(10, 500), workflow=wf.name, error_type=error_type, message=message
+            n=self.between(10, 500), workflow=wf.name, error_type=error_type, message=message
         )
-        return RunError(
-            message=message, type=error_type, stack_trace=trace if self.rng.random() < 0.8 else None
-        )
+        return RunError(message=message, type=error_type, stack_trace=trace if self.random() < 0.8 else None)
 
 
 def simulate(
