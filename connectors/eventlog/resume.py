@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -116,49 +116,36 @@ class PositionScanner:
             wanted_by_kp = {kp: set() for kp in range(count)}
             for p in wanted:
                 wanted_by_kp[expected_kafka_partition(p, count)].add(p)
-        found: dict[int, int] = {}
-        read = 0
+        windows: dict[int, _Window] = {}
         for kp in sorted(tmeta.partitions):
             need = None if wanted_by_kp is None else wanted_by_kp.get(kp, set())
             if need is not None and not need:
                 continue
-            got, n, consistent = self._scan_partition(topic, kp, count, need)
-            read += n
-            if not consistent and wanted_by_kp is not None:
-                log.warning("topic %s: keys are not where CRC-32 puts them; reading it whole", topic)
-                self._consumer.unassign()
-                return self.scan(topic, None)
-            for partition, offset in got.items():
-                if offset > found.get(partition, -1):
-                    found[partition] = offset
-        self._consumer.unassign()
-        return ScanResult(found, read)
-
-    def _scan_partition(
-        self, topic: str, kp: int, count: int, need: set[int] | None
-    ) -> tuple[dict[int, int], int, bool]:
-        low, high = self._watermarks(topic, kp)
+            low, high = self._watermarks(topic, kp)
+            if high > low:
+                windows[kp] = _Window(low, high, FIRST_WINDOW, need)
         found: dict[int, int] = {}
         read = 0
-        end = high
-        window = FIRST_WINDOW
-        while end > low:
-            start = low if need is None else max(low, end - window)
-            for msg in self._read_range(topic, kp, start, end):
+        while windows:  # read every Kafka partition's window at once, then widen the unfinished ones
+            ranges = {kp: (w.start(), w.end) for kp, w in windows.items()}
+            for msg in self._read_ranges(topic, ranges):
                 read += 1
                 pos = position_of(msg.headers())
                 if pos is None:
                     continue
                 partition, offset = pos
-                if expected_kafka_partition(partition, count) != kp:
-                    return found, read, False
+                if wanted_by_kp is not None and expected_kafka_partition(partition, count) != msg.partition():
+                    log.warning("topic %s: keys are not where CRC-32 puts them; reading it whole", topic)
+                    return self.scan(topic, None)
                 if offset > found.get(partition, -1):
                     found[partition] = offset
-            if need is not None and need.issubset(found):
-                break
-            end = start
-            window *= 4
-        return found, read, True
+            for kp, (start, _end) in ranges.items():
+                w = windows[kp]
+                if start <= w.low or (w.need is not None and w.need.issubset(found)):
+                    del windows[kp]
+                else:
+                    w.end, w.size = start, w.size * 4
+        return ScanResult(found, read)
 
     def _watermarks(self, topic: str, kp: int) -> tuple[int, int]:
         """Low and high watermarks, retried while a new topic's leaders are still being elected."""
@@ -174,29 +161,49 @@ class PositionScanner:
                     raise InfrastructureError(f"cannot read the watermarks of {topic}[{kp}]: {err}") from e
                 time.sleep(0.1)
 
-    def _read_range(self, topic: str, kp: int, start: int, end: int) -> Iterable[Message]:
-        """Messages of one Kafka partition from `start` until `end` (exclusive) or its end."""
-        self._consumer.assign([TopicPartition(topic, kp, start)])
+    def _read_ranges(self, topic: str, ranges: dict[int, tuple[int, int]]) -> Iterator[Message]:
+        """Messages of several Kafka partitions, each from its start until its end (exclusive) or EOF."""
+        self._consumer.assign([TopicPartition(topic, kp, start) for kp, (start, _) in ranges.items()])
+        open_ = set(ranges)
         deadline = time.monotonic() + self._timeout
-        while True:
-            batch = self._consumer.consume(num_messages=1000, timeout=0.5)
-            if not batch and time.monotonic() > deadline:
-                raise InfrastructureError(
-                    f"timed out reading {topic}[{kp}] from offset {start} to find the resume position"
-                )
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise InfrastructureError(f"cannot read {topic}[{kp}]: {err}") from KafkaException(err)
-                deadline = time.monotonic() + self._timeout
-                msg_offset = msg.offset()
-                if msg_offset is not None and msg_offset >= end:
-                    return
-                yield msg
-                if msg_offset is not None and msg_offset >= end - 1:
-                    return
+        try:
+            while open_:
+                batch = self._consumer.consume(num_messages=5000, timeout=0.05)
+                if not batch and time.monotonic() > deadline:
+                    raise InfrastructureError(f"timed out reading {topic} to find the resume position")
+                for msg in batch:
+                    kp = msg.partition()
+                    if kp not in open_:
+                        continue
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            cause = KafkaException(err)
+                            raise InfrastructureError(f"cannot read {topic}[{kp}]: {err}") from cause
+                        open_.discard(kp)
+                        continue
+                    deadline = time.monotonic() + self._timeout
+                    offset = msg.offset() or 0
+                    end = ranges[kp][1]
+                    if offset < end:
+                        yield msg
+                    if offset >= end - 1:
+                        open_.discard(kp)
+        finally:
+            self._consumer.unassign()
+
+
+@dataclass(slots=True)
+class _Window:
+    """The part of one Kafka partition still to read, backwards from its end."""
+
+    low: int
+    end: int
+    size: int
+    need: set[int] | None
+
+    def start(self) -> int:
+        return self.low if self.need is None else max(self.low, self.end - self.size)
 
 
 def read_resume_positions(

@@ -106,7 +106,7 @@ def read_topic(bootstrap: str, topic: str, *, read_committed: bool = False) -> l
         deadline = time.monotonic() + 60
         while len(done) < len(parts):
             assert time.monotonic() < deadline, f"reading {topic} took too long"
-            for msg in consumer.consume(10_000, timeout=0.5):
+            for msg in consumer.consume(10_000, timeout=0.1):
                 err = msg.error()
                 if err is not None:
                     assert err.code() == KafkaError._PARTITION_EOF, err
