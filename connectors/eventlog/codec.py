@@ -254,10 +254,10 @@ def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, D
 
 
 def _codec_for(record: Record) -> _RecordCodec:
-    try:
-        return _compiled()[0][type(record)]
-    except KeyError as e:
-        raise ValueError(f"not an event-log record: {type(record).__name__}") from e
+    rc = _compiled()[0].get(type(record))
+    if rc is None:
+        raise ValueError(f"not an event-log record: {type(record).__name__}")
+    return rc
 
 
 def _encode_error(rc: _RecordCodec, record: Record, fast_error: Exception) -> ValueError:
@@ -348,6 +348,12 @@ def _zigzag_varint(n: int) -> bytes:
     if 0 <= n < 64:
         return _SMALL_VARINTS[n]
     z = (n << 1) ^ (n >> 63)
+    if z < 0x80:
+        return bytes((z,))
+    if z < 0x4000:
+        return bytes(((z & 0x7F) | 0x80, z >> 7))
+    if z < 0x200000:
+        return bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14))
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
@@ -359,6 +365,9 @@ def _zigzag_varint(n: int) -> bytes:
 _SMALL_VARINTS = tuple(bytes([n << 1]) for n in range(64))
 
 
+_PREFIXES: dict[tuple[type[Any], int], bytes] = {}
+
+
 def offset_encoder(record: Record) -> Callable[[int], bytes]:
     """A function `offset -> bytes` giving `encode(replace(record, offset=offset))`, cheaply.
 
@@ -367,18 +376,24 @@ def offset_encoder(record: Record) -> Callable[[int], bytes]:
     the offset's varint is spliced in per call (the store assigns the offset inside its
     append transaction).
     """
+    key = (type(record), record.partition)
+    prefix = _PREFIXES.get(key)
     rc = _codec_for(record)
+    if prefix is None:
+        if not -(2**31) <= record.partition < 2**31:
+            raise ValueError(
+                f"cannot encode {key[0].__name__}: partition {record.partition} is not an Avro int"
+            )
+        prefix = _PREFIXES.setdefault(key, rc.header + _zigzag_varint(record.partition))
     tail = bytearray()
     try:
-        if not -(2**31) <= record.partition < 2**31:
-            raise ValueError(f"partition {record.partition} out of the Avro int range")
         rc.encode_tail(tail, record)
     except Exception as e:
         raise _encode_error(rc, record, e) from e
-    prefix = rc.header + _zigzag_varint(record.partition)
     rest = bytes(tail)
+    small = _SMALL_VARINTS
 
     def build(offset: int) -> bytes:
-        return prefix + _zigzag_varint(offset) + rest
+        return prefix + (small[offset] if 0 <= offset < 64 else _zigzag_varint(offset)) + rest
 
     return build

@@ -18,7 +18,6 @@ import bisect
 import itertools
 import random
 import time
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,8 @@ BASE_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)
 MAX_DEPTH = 4
 OPEN = "open"
 T = TypeVar("T")
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 STATUS_ORDER = (*(s.value for s in RunStatus), OPEN)
 
 
@@ -125,6 +126,11 @@ class _Simulation:
         """A seeded choice (cheaper than Random.choice)."""
         return seq[int(self.random() * len(seq))]
 
+    def sample(self, seq: Sequence[T], k: int) -> list[T]:
+        """`k` distinct seeded picks (cheaper than Random.sample for tiny k)."""
+        pool = list(seq)
+        return [pool.pop(int(self.random() * len(pool))) for _ in range(k)]
+
     def between(self, low: int, high: int) -> int:
         """A seeded integer in [low, high] (cheaper than Random.randint)."""
         return low + int(self.random() * (high - low + 1))
@@ -136,7 +142,9 @@ class _Simulation:
         return self.now
 
     def new_id(self) -> str:
-        return str(uuid.UUID(bytes=self.rng.randbytes(16), version=4))
+        h = (self.rng.getrandbits(128) & _UUID4_CLEAR) | _UUID4_SET  # version 4, RFC 4122 variant
+        x = f"{h:032x}"
+        return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
     def run(self) -> None:
         first = True
@@ -233,12 +241,11 @@ class _Simulation:
     def run_body(
         self, run: RunHandle, wf: cat.WorkflowType, depth: int, root: RunHandle, chain: bool
     ) -> RunStatus | None:
-        rng = self.rng
         count = self.between(1, min(6, len(wf.inputs) + len(wf.outputs)))
         n_out = self.between(max(0, count - len(wf.inputs)), min(count, len(wf.outputs)))
         n_in = count - n_out
-        inputs = rng.sample(wf.inputs, n_in)
-        outputs = rng.sample(wf.outputs, n_out)
+        inputs = self.sample(wf.inputs, n_in)
+        outputs = self.sample(wf.outputs, n_out)
         for key in inputs:
             self.declare(run, key, output=False)
         if depth < MAX_DEPTH and wf.children:

@@ -137,7 +137,10 @@ class EventLogWriter:
             self.flush()
 
     def now(self) -> datetime:
-        return _require_time("clock()", self._clock())
+        t = self._clock()
+        if type(t) is not datetime or t.tzinfo is None:
+            _require_time("clock()", t)
+        return t
 
     def run_started(
         self,
@@ -246,21 +249,36 @@ class RunHandle:
         version: str | None,
         time: datetime | None,
     ) -> None:
-        self._check_open(f"dataset_{direction.value.lower()}")
+        if self.status is not None:
+            self._check_open("dataset_input" if direction is Direction.INPUT else "dataset_output")
+        # Inline checks (this is the hot path of bulk writers); the helpers give the messages.
+        if type(key) is not str:
+            _require_text("key", key)
+        if type(namespace) is not str or not namespace.strip():
+            _require_text("namespace", namespace)
+        if type(name) is not str or not name.strip():
+            _require_text("name", name)
+        if version is not None and (type(version) is not str or not version.strip()):
+            _require_text("version", version)
         append_time = self._writer.now()
-        record = DatasetDeclared(
-            partition=self.partition,
-            offset=0,
-            append_time=append_time,
-            engine_run_id=self.engine_run_id,
-            direction=direction,
-            key=_require_text("key", key),
-            dataset_namespace=_require_text("namespace", namespace),
-            dataset_name=_require_text("name", name),
-            time=_require_time("time", time or append_time),
-            version=_optional_text("version", version),
+        if time is None:
+            time = append_time
+        elif type(time) is not datetime or time.tzinfo is None:
+            _require_time("time", time)
+        self._writer._append(
+            DatasetDeclared(
+                self.partition,
+                0,
+                append_time,
+                self.ref.engine_run_id,
+                direction,
+                key,
+                namespace,
+                name,
+                time,
+                version,
+            )
         )
-        self._writer._append(record)
 
     def dataset_input(
         self, key: str, namespace: str, name: str, version: str | None = None, *, time: datetime | None = None

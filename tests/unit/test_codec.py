@@ -284,3 +284,10 @@ def test_random_records_match_fastavro_both_ways() -> None:
         data = codec.encode(record)
         assert data == _fastavro_encode(record)
         assert codec.decode(data) == record
+
+
+def test_the_offset_varint_matches_avro_longs() -> None:
+    for n in [*range(-70_000, 70_000, 3), 2**21 - 1, 2**21, 2**40, -(2**40), 2**63 - 1, -(2**63)]:
+        buf = bytearray()
+        write_long(buf, n)
+        assert codec._zigzag_varint(n) == bytes(buf), n
