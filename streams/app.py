@@ -1,0 +1,107 @@
+"""The faust app of the lineage stream: input topic, run-state table (RocksDB), output topics.
+
+The agent (``streams.agent``) stays thin; everything event-shaped is in
+``streams.processor`` / ``streams.mapping``, which import no faust.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from prometheus_client import Counter, Gauge
+
+from olstream.kafka_admin import ensure_topic, topic_partitions
+from streams.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+RECORDS = Counter("olstream_stream_records_total", "Input records processed", ["type"])
+EVENTS = Counter("olstream_stream_events_total", "RunEvents emitted (including replays)", ["event_type"])
+ERRORS = Counter("olstream_stream_errors_total", "Bad input records sent to the errors topic", ["reason"])
+PARENT_NOT_VISIBLE = Counter(
+    "olstream_stream_parent_not_visible_total",
+    "Child runs emitted without a parent edge: only the parent's engine run id was known and "
+    "the parent is not in this worker's state",
+)
+REPLAYS = Counter(
+    "olstream_stream_replayed_records_total", "Records that re-emitted or changed nothing (replays)"
+)
+EVICTED = Counter("olstream_stream_evicted_runs_total", "Finished runs evicted after the retention window")
+RETAINED = Gauge(
+    "olstream_stream_finished_runs_retained", "Finished runs kept for replays (retention window)"
+)
+BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
+
+CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True)
+class StreamApp:
+    settings: WorkerSettings
+    app: faust.App
+    input_topic: Any
+    output_topic: Any
+    errors_topic: Any
+    table: Any
+    partitions: int
+
+
+def prepare_topics(settings: WorkerSettings) -> int:
+    """Create the input/output/errors topics when missing; the input's partition count."""
+    ensure_topic(settings.bootstrap, settings.input_topic, settings.default_partitions)
+    partitions = topic_partitions(settings.bootstrap, settings.input_topic)
+    if partitions is None:
+        raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
+    ensure_topic(settings.bootstrap, settings.output_topic, partitions)
+    ensure_topic(settings.bootstrap, settings.errors_topic, 1)
+    return partitions
+
+
+def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        store="rocksdb://",
+        datadir=settings.data_dir,
+        processing_guarantee="at_least_once",
+        topic_partitions=partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        web_enabled=False,
+        producer_acks=-1,
+        producer_linger_ms=5,
+        producer_max_batch_size=1_048_576,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        broker_commit_every=10_000,
+        broker_commit_interval=1.0,
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    input_topic = app.topic(
+        settings.input_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+        internal=False,
+    )
+    output_topic = app.topic(
+        settings.output_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+    errors_topic = app.topic(
+        settings.errors_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+    table = app.Table(
+        "runs",
+        key_type=bytes,
+        value_type=bytes,
+        partitions=partitions,
+        extra_topic_configs=CHANGELOG_CONFIG,
+    )
+    return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)

@@ -1,0 +1,98 @@
+"""One pure processing step: a decoded record + the run state it touches -> state write + events.
+
+No faust here: the agent reads the state it needs through ``lookup``, stores
+``Step.write`` under the run's engine run id and sends ``Step.outputs`` in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connectors.eventlog.records import DatasetDeclared, Record, RunEnded, RunStarted
+from streams import state as st
+from streams.mapping import TERMINAL_EVENT_TYPES, MappingConfig, event_key, start_event, terminal_event
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    key: bytes
+    value: bytes
+    event_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    engine_run_id: str
+    write: st.RunState | None = None
+    outputs: tuple[Output, ...] = ()
+    parent_not_visible: bool = False
+    replay: bool = False
+
+
+def _start_output(cfg: MappingConfig, s: st.RunState) -> Output:
+    return Output(event_key(s), start_event(cfg, s), "START")
+
+
+def _terminal_output(cfg: MappingConfig, s: st.RunState) -> Output:
+    assert s.end is not None
+    return Output(event_key(s), terminal_event(cfg, s), TERMINAL_EVENT_TYPES[s.end.status])
+
+
+def _unknown(record: DatasetDeclared | RunEnded, what: str) -> st.StreamInputError:
+    return st.StreamInputError(
+        "unknown_run",
+        f"{what} for unknown run {record.engine_run_id!r} (never started, or evicted after retention)",
+        record.partition,
+        record.offset,
+    )
+
+
+def _same_log_partition(lookup: st.Lookup, log_partition: int) -> st.Lookup:
+    """Resolve incomplete parent references only from runs of the same log partition.
+
+    Those are always applied before the child (one log partition is one ordered
+    stream), so the result does not depend on Kafka partition counts, worker
+    assignment or timing: every worker resolves the same parents.
+    """
+
+    def get(engine_run_id: str) -> st.RunState | None:
+        s = lookup(engine_run_id)
+        return s if s is not None and s.start_position[0] == log_partition else None
+
+    return get
+
+
+def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> Step:
+    """Apply one record; raises StreamInputError for input that cannot be applied."""
+    rid = record.engine_run_id
+    current = lookup(rid)
+    if isinstance(record, RunStarted):
+        if current is not None:
+            if current.start_position != (record.partition, record.offset):
+                raise st.StreamInputError(
+                    "duplicate_start",
+                    f"run {rid!r} already started at log partition {current.start_position[0]}, "
+                    f"offset {current.start_position[1]}",
+                    record.partition,
+                    record.offset,
+                )
+            # replay: re-emit the identical START from the stored state, never a new one
+            return Step(rid, outputs=(_start_output(cfg, current),), replay=True)
+        started = st.start(record, cfg.job_prefix, _same_log_partition(lookup, record.partition), home)
+        return Step(
+            rid,
+            write=started.state,
+            outputs=(_start_output(cfg, started.state),),
+            parent_not_visible=started.parent_not_visible,
+        )
+    if isinstance(record, DatasetDeclared):
+        if current is None:
+            raise _unknown(record, "dataset declaration")
+        declared = st.declare(current, record)
+        return Step(rid, write=declared, replay=declared is None)
+    if current is None:
+        raise _unknown(record, "run end")
+    ended = st.end(current, record)
+    if ended is None:
+        return Step(rid, outputs=(_terminal_output(cfg, current),), replay=True)
+    return Step(rid, write=ended, outputs=(_terminal_output(cfg, ended),))

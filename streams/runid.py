@@ -1,0 +1,57 @@
+"""Deterministic OpenLineage run ids in UUID version 7 layout.
+
+The 48-bit big-endian timestamp holds the run's start time in Unix milliseconds,
+the remaining 74 free bits hold a SHA-256 of the run's durable identity
+(namespace, workflow type, workflow instance, engine run id); the version nibble
+is 7 and the variant bits are ``10``. The same records give the same id on any
+worker, partition count, region or replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+
+_SEP = b"\x1f"  # unit separator: cannot appear ambiguously because every part is length-prefixed too
+_MAX_MS = (1 << 48) - 1
+
+
+def epoch_millis(t: datetime) -> int:
+    """Unix milliseconds of an aware datetime, floored (naive datetimes are taken as UTC)."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    delta = t - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def identity_digest(namespace: str, workflow_type: str, workflow_instance: str, engine_run_id: str) -> bytes:
+    """SHA-256 over the length-prefixed UTF-8 parts of a run's durable identity."""
+    h = hashlib.sha256(b"olstream-run-id-v1")
+    for part in (namespace, workflow_type, workflow_instance, engine_run_id):
+        raw = part.encode("utf-8")
+        h.update(len(raw).to_bytes(4, "big"))
+        h.update(raw)
+        h.update(_SEP)
+    return h.digest()
+
+
+def run_id(
+    namespace: str, workflow_type: str, workflow_instance: str, engine_run_id: str, start_time: datetime
+) -> str:
+    """The run's deterministic UUIDv7 as its canonical lowercase string."""
+    ms = epoch_millis(start_time)
+    if not 0 <= ms <= _MAX_MS:
+        raise ValueError(
+            f"start_time {start_time.isoformat()} is outside the UUIDv7 48-bit millisecond range"
+        )
+    digest = identity_digest(namespace, workflow_type, workflow_instance, engine_run_id)
+    raw = bytearray(ms.to_bytes(6, "big") + digest[:10])
+    raw[6] = 0x70 | (raw[6] & 0x0F)  # version 7
+    raw[8] = 0x80 | (raw[8] & 0x3F)  # RFC 9562 variant 10
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def timestamp_millis(run_uuid: str) -> int:
+    """The 48-bit millisecond timestamp of a UUIDv7 string."""
+    return int.from_bytes(uuid.UUID(run_uuid).bytes[:6], "big")

@@ -1,0 +1,327 @@
+"""Per-run state values and their pure transitions.
+
+One ``RunState`` per engine run id, kept in the worker's table. Every field needed
+to re-emit a run's events byte for byte is stored here (resolved parent and root
+identities included), so a replayed record re-emits exactly what it emitted first.
+Times are stored already formatted as RFC 3339 (UTC, microseconds, ``Z``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
+from olstream.errors import OlstreamError
+from streams.runid import epoch_millis, run_id
+
+
+class StreamInputError(OlstreamError):
+    """A well-formed record that cannot be applied to the run state (unknown run, conflicting end)."""
+
+    def __init__(self, reason: str, detail: str, partition: int, offset: int) -> None:
+        self.reason = reason
+        self.partition = partition
+        self.offset = offset
+        super().__init__(f"record at log partition {partition}, offset {offset}: {detail}")
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 in UTC with microseconds and a ``Z`` offset; naive datetimes are taken as UTC."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def job_name(prefix: str, workflow_type: str, workflow_version: str) -> str:
+    return f"{prefix}{workflow_type}@{workflow_version}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """A run's OpenLineage identity: its job (namespace, name) and its run id."""
+
+    namespace: str
+    name: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    namespace: str
+    name: str
+    version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    status: str
+    end_time: str
+    end_ms: int
+    error_message: str | None = None
+    error_type: str | None = None
+    stack_trace: str | None = None
+    position: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    engine_run_id: str
+    task_id: str
+    namespace: str
+    workflow_type: str
+    workflow_version: str
+    workflow_instance: str
+    principal: str | None
+    start_time: str
+    start_ms: int
+    nominal_start_time: str | None
+    nominal_end_time: str | None
+    supersedes: str | None
+    run: JobRun
+    parent: JobRun | None
+    root: JobRun | None
+    start_position: tuple[int, int]
+    inputs: tuple[DatasetRef, ...] = ()
+    outputs: tuple[DatasetRef, ...] = ()
+    inputs_at_start: int = 0
+    outputs_at_start: int = 0
+    end: RunEnd | None = None
+    home: int = 0  # the input (Kafka) partition whose changelog holds this state
+
+    @property
+    def tree_root(self) -> JobRun:
+        """The job that keys this run's events: the root of its tree, else its parent, else itself."""
+        return self.root or self.parent or self.run
+
+
+# ---------------------------------------------------------------- serialization
+
+
+def _jobrun_out(j: JobRun | None) -> list[str] | None:
+    return None if j is None else [j.namespace, j.name, j.run_id]
+
+
+def _jobrun_in(v: list[str] | None) -> JobRun | None:
+    return None if v is None else JobRun(v[0], v[1], v[2])
+
+
+def dumps_state(s: RunState) -> bytes:
+    """Compact JSON; starts with ``{"end_ms":`` so a scan can find finished runs without parsing."""
+    end = s.end
+    doc: dict[str, Any] = {
+        "end_ms": None if end is None else end.end_ms,
+        "home": s.home,
+        "id": [
+            s.engine_run_id,
+            s.task_id,
+            s.namespace,
+            s.workflow_type,
+            s.workflow_version,
+            s.workflow_instance,
+        ],
+        "principal": s.principal,
+        "start": [s.start_time, s.start_ms, s.nominal_start_time, s.nominal_end_time],
+        "supersedes": s.supersedes,
+        "run": _jobrun_out(s.run),
+        "parent": _jobrun_out(s.parent),
+        "root": _jobrun_out(s.root),
+        "pos": list(s.start_position),
+        "in": [[d.namespace, d.name, d.version] for d in s.inputs],
+        "out": [[d.namespace, d.name, d.version] for d in s.outputs],
+        "at_start": [s.inputs_at_start, s.outputs_at_start],
+        "end": None
+        if end is None
+        else [
+            end.status,
+            end.end_time,
+            end.error_message,
+            end.error_type,
+            end.stack_trace,
+            list(end.position),
+        ],
+    }
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def loads_state(raw: bytes) -> RunState:
+    d = json.loads(raw)
+    ident, start, end = d["id"], d["start"], d["end"]
+    run = _jobrun_in(d["run"])
+    assert run is not None
+    return RunState(
+        engine_run_id=ident[0],
+        task_id=ident[1],
+        namespace=ident[2],
+        workflow_type=ident[3],
+        workflow_version=ident[4],
+        workflow_instance=ident[5],
+        principal=d["principal"],
+        start_time=start[0],
+        start_ms=start[1],
+        nominal_start_time=start[2],
+        nominal_end_time=start[3],
+        supersedes=d["supersedes"],
+        run=run,
+        parent=_jobrun_in(d["parent"]),
+        root=_jobrun_in(d["root"]),
+        start_position=(d["pos"][0], d["pos"][1]),
+        inputs=tuple(DatasetRef(*x) for x in d["in"]),
+        outputs=tuple(DatasetRef(*x) for x in d["out"]),
+        inputs_at_start=d["at_start"][0],
+        outputs_at_start=d["at_start"][1],
+        end=None
+        if end is None
+        else RunEnd(end[0], end[1], d["end_ms"], end[2], end[3], end[4], (end[5][0], end[5][1])),
+        home=d["home"],
+    )
+
+
+def finished_end_ms(raw: bytes) -> int | None:
+    """The end time of a serialized finished run, or None for an open run (cheap prefix parse)."""
+    head = raw[: raw.find(b",")]
+    value = head[len(b'{"end_ms":') :]
+    return None if value == b"null" else int(value)
+
+
+# ---------------------------------------------------------------- transitions
+
+Lookup = Callable[[str], "RunState | None"]
+
+
+def _identity_from_ref(ref: RunRef, prefix: str) -> JobRun | None:
+    if not ref.is_complete:
+        return None
+    assert ref.namespace and ref.workflow_type and ref.workflow_version is not None
+    assert ref.workflow_instance is not None and ref.start_time is not None
+    return JobRun(
+        ref.namespace,
+        job_name(prefix, ref.workflow_type, ref.workflow_version),
+        run_id(ref.namespace, ref.workflow_type, ref.workflow_instance, ref.engine_run_id, ref.start_time),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    state: RunState
+    parent_not_visible: bool
+
+
+def resolve_lineage(
+    record: RunStarted, prefix: str, lookup: Lookup
+) -> tuple[JobRun | None, JobRun | None, bool]:
+    """(parent, root, parent_not_visible) for a starting run.
+
+    The child's own record wins; an incomplete reference is resolved from this
+    worker's state; an unresolvable parent yields no parent edge rather than a guess.
+    """
+    if record.parent is None:
+        return None, None, False
+    parent = _identity_from_ref(record.parent, prefix)
+    parent_state: RunState | None = None
+    if parent is None:
+        parent_state = lookup(record.parent.engine_run_id)
+        if parent_state is None:
+            return None, None, True
+        parent = parent_state.run
+    root: JobRun | None
+    if record.root is None:
+        # no root given: the parent's own root when we know it, else the parent is the root
+        root = (parent_state.root or parent_state.run) if parent_state is not None else parent
+    else:
+        root = _identity_from_ref(record.root, prefix)
+        if root is None:
+            if parent_state is not None and parent_state.root is not None:
+                root = parent_state.root
+            else:
+                root_state = lookup(record.root.engine_run_id)
+                root = root_state.run if root_state is not None else None
+    return parent, root, False
+
+
+def start(record: RunStarted, prefix: str, lookup: Lookup, home: int) -> Started:
+    """The state of a run that just started."""
+    parent, root, not_visible = resolve_lineage(record, prefix, lookup)
+    own = JobRun(
+        record.namespace,
+        job_name(prefix, record.workflow_type, record.workflow_version),
+        run_id(
+            record.namespace,
+            record.workflow_type,
+            record.workflow_instance,
+            record.engine_run_id,
+            record.start_time,
+        ),
+    )
+    state = RunState(
+        engine_run_id=record.engine_run_id,
+        task_id=record.task_id,
+        namespace=record.namespace,
+        workflow_type=record.workflow_type,
+        workflow_version=record.workflow_version,
+        workflow_instance=record.workflow_instance,
+        principal=record.principal,
+        start_time=format_time(record.start_time),
+        start_ms=epoch_millis(record.start_time),
+        nominal_start_time=None
+        if record.nominal_start_time is None
+        else format_time(record.nominal_start_time),
+        nominal_end_time=None if record.nominal_end_time is None else format_time(record.nominal_end_time),
+        supersedes=record.supersedes,
+        run=own,
+        parent=parent,
+        root=root,
+        start_position=(record.partition, record.offset),
+        home=home,
+    )
+    return Started(state, not_visible)
+
+
+def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
+    """The state with the dataset added, or None when it was already declared (a replay or a repeat)."""
+    current = state.inputs if record.direction is Direction.INPUT else state.outputs
+    for d in current:
+        if d.namespace == record.dataset_namespace and d.name == record.dataset_name:
+            return None
+    if state.end is not None:
+        raise StreamInputError(
+            "declaration_after_end",
+            f"dataset {record.dataset_namespace}/{record.dataset_name} declared after run "
+            f"{record.engine_run_id} ended",
+            record.partition,
+            record.offset,
+        )
+    added = (*current, DatasetRef(record.dataset_namespace, record.dataset_name, record.version))
+    if record.direction is Direction.INPUT:
+        return replace(state, inputs=added)
+    return replace(state, outputs=added)
+
+
+def end(state: RunState, record: RunEnded) -> RunState | None:
+    """The finished state, or None when the same end was already applied (a replay)."""
+    status = record.status.value
+    if state.end is not None:
+        if state.end.status == status:
+            return None
+        raise StreamInputError(
+            "conflicting_end",
+            f"run {record.engine_run_id} already ended with status {state.end.status!r} "
+            f"(log partition {state.end.position[0]}, offset {state.end.position[1]}); "
+            f"second end has status {status!r}",
+            record.partition,
+            record.offset,
+        )
+    err = record.error
+    finished = RunEnd(
+        status=status,
+        end_time=format_time(record.end_time),
+        end_ms=epoch_millis(record.end_time),
+        error_message=None if err is None else err.message,
+        error_type=None if err is None else err.type,
+        stack_trace=None if err is None else err.stack_trace,
+        position=(record.partition, record.offset),
+    )
+    return replace(state, end=finished)
