@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -27,6 +28,7 @@ from olstream.demo_support import (
     OutputTally,
     count_in_logs,
     count_log,
+    first_error,
     metric_total,
     scrape,
 )
@@ -36,6 +38,7 @@ from olstream.infra.process import free_port
 log = logging.getLogger(__name__)
 
 LOG_PARTITIONS = 8
+STALL_SECONDS = 90.0
 
 
 @dataclass(frozen=True)
@@ -193,44 +196,66 @@ class Demo:
             TimeElapsedColumn(),
         )
         deadline = time.monotonic() + self.s.timeout
+        last_progress: tuple[int, int, int] = (-1, -1, -1)
+        last_change = time.monotonic()
         try:
             with Progress(*columns, console=self.console) as bars:
                 src = bars.add_task(f"source → {topics.eventlog}", total=counts.records)
                 stream = bars.add_task(f"workers x{self.s.workers} → events", total=expected_events)
-                sink = bars.add_task("sink → " + (url or self.s.out.name), total=counts.runs_finished)
+                sink = bars.add_task("sink → " + (url or self.s.out.name), total=expected_events)
                 while True:
                     self.children.check_alive(c.name for c in self.children.started if c.name != "simulate")
                     for raw in follower.poll():
                         observed.add(raw)
-                    published = watcher.end_total(topics.eventlog) + watcher.end_total(
-                        topics.eventlog + ".errors"
-                    )
-                    bars.update(src, completed=min(published, counts.records))
-                    bars.update(stream, completed=len(observed.events))
+                    published = watcher.end_total(topics.eventlog)
+                    published += watcher.end_total(topics.eventlog + ".errors")
                     if url:
                         committed, end = watcher.group_position(topics.sink_group, topics.events)
-                        done_runs = counts.runs_finished if end and committed >= end else 0
-                        stream_done = observed.complete(counts)
-                        bars.update(
-                            sink, completed=done_runs if stream_done else len(delivered.terminal_runs)
-                        )
-                        if stream_done and end and committed >= end:
-                            return observed
+                        sent = len(observed.events) if end and committed >= end else min(committed, end)
+                        finished = observed.complete(counts) and bool(end) and committed >= end
                     else:
                         for line in file_follower.new_lines():
                             delivered.add(line)
-                        bars.update(sink, completed=len(delivered.terminal_runs))
-                        if delivered.complete(counts):
-                            return delivered
-                    if time.monotonic() > deadline:
+                        sent = len(delivered.events)
+                        finished = delivered.complete(counts)
+                    bars.update(src, completed=min(published, counts.records))
+                    bars.update(stream, completed=len(observed.events))
+                    bars.update(sink, completed=sent)
+                    if finished:
+                        return observed if url else delivered
+                    progress = (published, len(observed.events), sent)
+                    now = time.monotonic()
+                    if progress != last_progress:
+                        last_progress, last_change = progress, now
+                    elif now - last_change > STALL_SECONDS:
+                        raise InfrastructureError(self.stall_report(progress, counts, expected_events))
+                    if now > deadline:
                         raise InfrastructureError(
                             f"not finished after {self.s.timeout:.0f}s: {len(observed.terminal_runs)} of "
                             f"{counts.runs_finished} terminal events on {topics.events}, "
-                            f"{len(delivered.terminal_runs)} delivered (logs in {self.work})"
+                            f"{len(delivered.terminal_runs)} delivered"
                         )
                     time.sleep(0.5)
         finally:
             follower.close()
+
+    def stall_report(self, progress: tuple[int, int, int], counts: LogCounts, expected: int) -> str:
+        """Which stage stopped moving, with the first error line of its processes."""
+        published, observed, sent = progress
+        if published < counts.records:
+            stage, prefix = f"the source ({published} of {counts.records} records published)", "source"
+        elif observed < expected:
+            stage, prefix = f"the workers ({observed} of {expected} events emitted)", "worker"
+        else:
+            stage, prefix = f"the sink ({sent} of {expected} events delivered)", "sink"
+        errors = [
+            f"  {c.name}: {first_error(c.log_path)}"
+            for c in self.children.started
+            if c.name.startswith(prefix) and first_error(c.log_path)
+        ]
+        return f"no progress for {STALL_SECONDS:.0f}s in {stage}" + (
+            "\n" + "\n".join(errors) if errors else ""
+        )
 
     def parent_not_visible(self) -> int:
         workers = [c for c in self.children.started if c.name.startswith("worker")]
@@ -321,7 +346,13 @@ class Demo:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(settings: DemoSettings) -> int:
+    """Run the demo; SIGTERM and Ctrl-C stop every process and broker it started."""
+    signal.signal(signal.SIGTERM, _interrupt)
     console = Console()
     demo = Demo(settings, console)
     try:

@@ -216,3 +216,12 @@ def tail_text(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def first_error(path: Path) -> str:
+    """The first ERROR/Traceback line of a process log ("" when none)."""
+    with contextlib.suppress(OSError), path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if " ERROR " in line or line.startswith(("Traceback", "RuntimeError", "Exception")):
+                return line.strip()[:300]
+    return ""
