@@ -73,6 +73,8 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 def port_free(host: str, port: int) -> bool:
     """True when a listening socket could be bound to host:port right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as a server socket would (Java's do): TIME_WAIT leftovers of a stopped broker do not count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as e:
