@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -288,7 +289,9 @@ class _SourceLoop:
         self._finish()
         self._update_metrics()
         log.info(
-            "stopped: %d records published, %d sent to %s", self._publisher.published, self._publisher.errors,
+            "stopped: %d records published, %d sent to %s",
+            self._publisher.published,
+            self._publisher.errors,
             s.errors_topic,
         )
         return EXIT_OK
@@ -300,26 +303,34 @@ class _SourceLoop:
             self._publisher.flush()
 
     def _commit(self) -> None:
+        """Commit the open transaction; on an abortable error abort it and read its rows again."""
+        if self._retry_txn_call("commit", self._producer.commit_transaction):
+            self._committed = self._tailer.positions
+            self._publisher.set_acked(self._committed)
+        else:
+            self._retry_txn_call("abort", self._producer.abort_transaction)
+            self._publisher.forget_in_flight()
+            self._tailer.reset(self._committed)
+            log.warning("transaction aborted: publishing its rows again")
+        self._in_txn = False
+
+    def _retry_txn_call(self, what: str, call: Callable[[float], None]) -> bool:
+        """Run a transaction call, retrying while Kafka is away; False when the transaction must abort."""
         while True:
             try:
-                self._producer.commit_transaction(60.0)
-                break
+                call(30.0)
+                set_health(True, "publishing")
+                return True
             except KafkaException as e:
                 err = e.args[0]
                 if err.retriable():
-                    log.warning("committing the transaction: %s; retrying", err)
+                    set_health(False, f"waiting for Kafka to {what} a transaction")
+                    log.warning("%s transaction: %s; retrying", what, err)
                     continue
-                if err.txn_requires_abort():
-                    log.warning("transaction aborted (%s): publishing its rows again", err)
-                    self._producer.abort_transaction(60.0)
-                    self._publisher.forget_in_flight()
-                    self._tailer.reset(self._committed)
-                    self._in_txn = False
-                    return
-                raise DeliveryError(f"cannot commit the transaction: {err}") from e
-        self._in_txn = False
-        self._committed = self._tailer.positions
-        self._publisher.set_acked(self._committed)
+                if err.txn_requires_abort() and what == "commit":
+                    log.warning("%s transaction: %s", what, err)
+                    return False
+                raise DeliveryError(f"cannot {what} the transaction: {err}") from e
 
     def _update_metrics(self) -> None:
         RECORDS_PUBLISHED.inc(self._publisher.published - self._counted)

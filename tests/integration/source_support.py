@@ -12,36 +12,22 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from connectors.eventlog.simulate import simulate
 from connectors.eventlog.store import StoredRow, open_store
-from connectors.eventlog.writer import EventLogWriter
 
+RECORDS_PER_RUN = 4.7  # what the simulator writes on average
 HEADER_NAMES = {"olstream.partition", "olstream.offset", "olstream.type", "olstream.fingerprint"}
 
 
-def write_log(url: str, records: int, *, partitions: int = 8) -> dict[int, int]:
-    """Append about `records` records of realistic runs in batch mode; returns the heads."""
+def write_log(url: str, records: int, *, partitions: int = 8, seed: int = 7) -> int:
+    """Simulate runs (batch mode) until the log holds at least `records` records; returns the count."""
     store = open_store(url, partitions=partitions, create=True)
     try:
-        writer = EventLogWriter(store, batch_size=20_000)
-        i = 0
-        with writer.batch():
-            while writer.records_written < records:
-                run = writer.run_started(
-                    namespace="tenant-a",
-                    workflow_type=("billing", "etl", "report")[i % 3],
-                    workflow_version=str(1 + i % 4),
-                    workflow_instance=f"instance-{i}",
-                    task_id=f"task-{i % 7}",
-                    principal=None if i % 5 else "alice",
-                )
-                run.dataset_input("orders", "postgres://db:5432", f"shop.public.orders_{i % 40}")
-                run.dataset_output("out", "s3://bucket", f"reports/{i}/résumé-データ.parquet")
-                if i % 9:
-                    run.run_ended("completed" if i % 4 else "failed", None if i % 4 else "boom")
-                i += 1
-                if i % 1000 == 0:
-                    writer.flush()
-        return store.heads()
+        written = 0
+        while written < records:
+            runs = max(10, int((records - written) / RECORDS_PER_RUN) + 10)
+            written += simulate(store, runs, seed=seed + written, batch_size=20_000).records
+        return written
     finally:
         store.close()
 

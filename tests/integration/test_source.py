@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from connectors.eventlog import codec
-from olstream.infra import postgres
+from olstream.infra import kafka, postgres
+from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.infra.process import free_port
 from tests.integration.source_support import (
     append_raw,
     assert_complete_and_ordered,
@@ -224,3 +226,47 @@ def test_an_unreachable_broker_at_start_exits_2_with_a_clear_error(
     assert result.returncode == 2
     assert "Kafka at 127.0.0.1:1 did not answer within 2 s" in result.stderr
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+def test_a_broker_that_goes_away_while_running_is_waited_for(
+    tmp_path, unique_topic, olstream_cmd, subprocess_env  # type: ignore[no-untyped-def]
+) -> None:
+    """Our own broker (the shared one must stay up): stop it mid-stream, write more, start it again."""
+    port = free_port()
+    settings = KafkaSettings(
+        version=DEFAULT_KAFKA_VERSION,
+        port=port,
+        controller_port=free_port(avoid=frozenset({port})),
+        data_dir=tmp_path / "kafka",
+    )
+    kafka.start_broker(settings)
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    write_log(url, 20_000)
+    env = {**subprocess_env, "OLSTREAM_BOOTSTRAP": settings.bootstrap}
+    proc = start_source(olstream_cmd, env, url, unique_topic, tmp_path / "source.log")
+    try:
+        wait_for_text(tmp_path / "source.log", "resuming after")
+        _wait_until(lambda: message_count(settings.bootstrap, unique_topic) >= 20_000, 60)
+        kafka.stop_broker(settings.data_dir)
+        write_log(url, 3_000, seed=1000)  # written while Kafka is away
+        time.sleep(2)
+        kafka.start_broker(settings)
+        write_log(url, 3_000, seed=2000)
+        rows = read_rows(url)
+        _wait_until(lambda: message_count(settings.bootstrap, unique_topic) >= len(rows), 90)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert_complete_and_ordered(read_topic(settings.bootstrap, unique_topic), rows, exactly_once=True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kafka.stop_broker(settings.data_dir)
+
+
+def _wait_until(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
