@@ -199,3 +199,20 @@ def test_log_simulate_command_writes_a_decodable_workload(log_url: str) -> None:
         store.close()
     mismatch = subprocess.run([*cmd, "--partitions", "8"], env=env, cwd=REPO, capture_output=True, text=True)
     assert mismatch.returncode == 1 and "4 partitions" in mismatch.stderr
+
+
+@pytest.mark.postgres
+def test_postgres_readers_poll_when_listen_is_unavailable(postgres_url: str) -> None:
+    from connectors.eventlog.postgres_store import PostgresEventLogStore
+
+    store = PostgresEventLogStore.open(postgres_url, partitions=2, create=True)
+    reader = PostgresEventLogStore.open(postgres_url)
+    reader._listen_failed = True  # as after a LISTEN error (e.g. behind a transaction pooler)
+    try:
+        assert reader.wait_for_change(0.15) is False
+        threading.Timer(0.2, lambda: store.append(0, lambda off: b"polled")).start()
+        assert reader.wait_for_change(3) is True
+        assert reader.read(0, -1, 5) == [StoredRow(0, 0, b"polled")]
+    finally:
+        reader.close()
+        store.close()
