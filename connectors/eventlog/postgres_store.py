@@ -113,6 +113,8 @@ class PostgresEventLogStore:
 
     def read(self, partition: int, after_offset: int, limit: int) -> list[StoredRow]:
         self._check_partition(partition)
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
         with self._lock:
             rows = self._conn.execute(
                 'SELECT "offset", payload FROM olstream_events WHERE "partition" = %s AND "offset" > %s '
