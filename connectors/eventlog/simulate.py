@@ -117,6 +117,8 @@ class _Simulation:
         # Forced first picks so even small runs cover every status and both odd parent shapes.
         self.forced_status: list[RunStatus | None] = [*RunStatus, None]
         self.rng.shuffle(self.forced_status)
+        self.forced_status.remove(RunStatus.SUPERSEDED)
+        self.forced_status.append(RunStatus.SUPERSEDED)  # first: its re-run needs a spare run
         self.forced_parent_modes = ["partial", "no_root"]
         self.statuses = list(cat.STATUS_WEIGHTS)
         self.status_cumulative = list(itertools.accumulate(cat.STATUS_WEIGHTS.values()))

@@ -158,3 +158,12 @@ def test_summary_matches_the_records() -> None:
     assert summary.runs == sum(summary.by_depth.values()) == 250
     text = summary.render()
     assert "250 runs" in text and "open runs (no RunEnded)" in text and "records/s" in text
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ten_runs_already_cover_statuses_depth_and_parent_shapes(seed: int) -> None:
+    summary = simulate(MemoryEventLogStore(8), 10, seed)
+    assert set(summary.by_status) == {*(s.value for s in RunStatus), OPEN}
+    assert summary.by_depth.get(4, 0) >= 1
+    assert summary.children_with_partial_parent >= 1 and summary.children_without_root >= 2
+    assert summary.superseding_runs >= 1
