@@ -353,6 +353,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(settings: DemoSettings) -> int:
     """Run the demo; SIGTERM and Ctrl-C stop every process and broker it started."""
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     console = Console()
     demo = Demo(settings, console)
     try:
