@@ -115,6 +115,7 @@ class PostgresEventLogStore:
         self._check_partition(partition)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
+        self._listener()  # LISTEN before the first read: no append after it goes unnoticed
         with self._lock:
             rows = self._conn.execute(
                 'SELECT "offset", payload FROM olstream_events WHERE "partition" = %s AND "offset" > %s '

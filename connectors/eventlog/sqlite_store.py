@@ -82,7 +82,7 @@ class SqliteEventLogStore:
     def _ensure_schema(conn: sqlite3.Connection, url: str, partitions: int | None, create: bool) -> int:
         if partitions is not None and partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE" if create else "BEGIN")
         try:
             has_meta = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
