@@ -1,0 +1,56 @@
+# olstream: `make test` works on a fresh Debian machine with Java 17 and Maven (and installs what is
+# missing); `make lint` runs ruff and strict mypy; `make demo` runs the end-to-end demo.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.olstream-installed
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-deps venv test test-unit lint demo kafka-up kafka-down clean
+
+help:
+	@echo "make test     create .venv, install, run unit + integration tests (starts and stops Kafka, PostgreSQL)"
+	@echo "make lint     ruff check . and mypy --strict on olstream, connectors, streams"
+	@echo "make demo     set up, then run 'olstream demo'"
+	@echo "make test-unit  only the unit tests (no services)"
+
+system-deps:
+	@infra/system-deps.sh
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "olstream needs Python >= 3.11: set PYTHON=...")'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+setup: system-deps venv
+
+test: setup
+	infra/run-tests.sh $(or $(PYTEST_ARGS),tests)
+
+test-unit: venv
+	infra/run-tests.sh tests/unit
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: setup
+	$(BIN)/olstream demo
+
+kafka-up: venv
+	$(BIN)/olstream kafka up
+
+kafka-down: venv
+	$(BIN)/olstream kafka down
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache build dist *.egg-info
