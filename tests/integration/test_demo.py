@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -80,3 +81,42 @@ def test_demo_counts_match_the_simulated_log(tmp_path: Path) -> None:
     assert counts.runs_started == len(started)
     assert counts.runs_finished == len(started & ended)
     assert counts.undecodable == 0
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png", ".html"])
+def test_graph_command_renders_each_format(
+    suffix: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz 'dot' is not installed (make setup installs it)")
+    events = tmp_path / "lineage.jsonl"
+    parent = {
+        "job": {"namespace": "ns", "name": "parent@1"},
+        "run": {"runId": "p"},
+        "_producer": "x",
+        "_schemaURL": "y",
+    }
+    child_run = {"runId": "c", "facets": {"parent": parent}}
+    lines = [
+        {"eventType": "START", "job": {"namespace": "ns", "name": "parent@1"}, "run": {"runId": "p"}},
+        {
+            "eventType": "FAIL",
+            "job": {"namespace": "ns", "name": "child@1"},
+            "run": child_run,
+            "inputs": [{"namespace": "s3://b", "name": "in"}],
+            "outputs": [{"namespace": "s3://b", "name": "out"}],
+        },
+    ]
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines), encoding="utf-8")
+    out = tmp_path / f"g{suffix}"
+    done = subprocess.run(
+        [*olstream_cmd, "graph", str(events), "-o", str(out)],
+        env=subprocess_env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 jobs, 2 datasets, 2 dataset edges, 1 parent edges, 1 jobs with failed runs" in done.stdout
+    data = out.read_bytes()
+    if suffix == ".png":
+        assert data.startswith(b"\x89PNG")
+    else:
+        assert b"<svg" in data and b"child@1" in data
