@@ -32,7 +32,7 @@ RUN_STATES = {"START": "RUNNING", "COMPLETE": "COMPLETED", "FAIL": "FAILED", "AB
 
 
 @pytest.fixture(scope="session")
-def marquez_url(postgres_server: str) -> Iterator[str]:
+def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     external = os.environ.get("OLSTREAM_MARQUEZ_URL")
     if external:
         yield external.rstrip("/")
@@ -41,6 +41,7 @@ def marquez_url(postgres_server: str) -> Iterator[str]:
         marquez.resolve_classpath(os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION))
     except OlstreamError as e:
         pytest.skip(f"Marquez is not available here: {e}")
+    postgres_server = request.getfixturevalue("postgres_server")  # only once Marquez is there to use it
     data_dir = Path(tempfile.mkdtemp(prefix="olstream-marquez-"))
     port = free_port()
     settings = marquez.MarquezSettings(
