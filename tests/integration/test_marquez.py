@@ -88,11 +88,27 @@ def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
         consumer.close()
 
 
-def _marquez_job_name(event: dict[str, Any]) -> str:
-    """Marquez stores a child job as `{parent}.{child}`."""
-    parent = event["run"].get("facets", {}).get("parent")
+def _same_job(stored: str, simple: str) -> bool:
+    """Marquez stores a child job as `{parent}.{child}` (the parent's own stored name first)."""
+    return stored == simple or stored.endswith("." + simple)
+
+
+def _find_job(jobs: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, Any]:
+    """The Marquez job of this event: its simple name, and for a child, under its parent's name."""
     name = str(event["job"]["name"])
-    return f"{parent['job']['name']}.{name}" if parent else name
+    parent = event["run"].get("facets", {}).get("parent")
+    for job in jobs:
+        if not _same_job(str(job["name"]), name):
+            continue
+        if parent is None and job["name"] == name:
+            return job
+        if (
+            parent is not None
+            and job["name"] != name
+            and _same_job(str(job.get("parentJobName") or ""), str(parent["job"]["name"]))
+        ):
+            return job
+    raise AssertionError(f"no Marquez job for {name!r} (parent {parent and parent['job']['name']!r})")
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -135,16 +151,15 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
             final[e["run"]["runId"]] = e
 
     with httpx.Client(base_url=marquez_url, timeout=30) as client:
+        jobs_by_ns: dict[str, list[dict[str, Any]]] = {}
+        for ns in {e["job"]["namespace"] for e in final.values()}:
+            jobs_by_ns[ns] = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs?limit=10000")["jobs"]
         for run_id, event in final.items():
-            ns, job = event["job"]["namespace"], _marquez_job_name(event)
-            # every job, under Marquez's own name, with its parent
-            job_doc = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs/{quote(job, safe='')}")
-            parent = event["run"].get("facets", {}).get("parent")
-            if parent:
-                assert job_doc.get("parentJobName") == parent["job"]["name"], job
+            # every job (children under their parent's name, with parentJobName): the parent/child edges
+            job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
             # every run with its final state
             run = _get(client, f"/api/v1/jobs/runs/{run_id}")
-            assert run["state"] == RUN_STATES[event["eventType"]], (job, run_id)
+            assert run["state"] == RUN_STATES[event["eventType"]], (job["name"], run_id)
             # every dataset, and the run's read/write edges
             for direction in ("inputs", "outputs"):
                 for ds in event.get(direction, []):
@@ -160,11 +175,15 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
                         (v["datasetVersionId"]["namespace"], v["datasetVersionId"]["name"])
                         for v in run.get(key, [])
                     }
-                    assert want <= got, (job, direction, want - got)
-        # parent/child edges seen from the lineage graph's side too: the child's job node names its parent
+                    assert want <= got, (job["name"], direction, want - got)
+        # the lineage graph names each child's parent too
         children = [e for e in final.values() if e["run"].get("facets", {}).get("parent")]
+        assert children, "the simulated workload should have child runs"
         for event in children[:10]:
-            node = f"job:{event['job']['namespace']}:{_marquez_job_name(event)}"
+            job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
+            node = f"job:{event['job']['namespace']}:{job['name']}"
             graph = _get(client, f"/api/v1/lineage?nodeId={quote(node, safe='')}&depth=1")["graph"]
             me = next(n for n in graph if n["id"] == node)
-            assert me["data"].get("parentJobName") == event["run"]["facets"]["parent"]["job"]["name"]
+            assert _same_job(
+                str(me["data"].get("parentJobName")), str(event["run"]["facets"]["parent"]["job"]["name"])
+            )
