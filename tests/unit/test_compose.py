@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import tomllib
 from pathlib import Path
@@ -56,6 +57,9 @@ def test_kafka_runs_kraft_without_zookeeper(compose: dict[str, Any]) -> None:
     assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 1
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    # a KRaft cluster id is 16 bytes, base64url without padding (22 characters)
+    cluster_id = env["CLUSTER_ID"]
+    assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16 and len(cluster_id) == 22
 
 
 def test_dependencies_wait_for_healthy_services(compose: dict[str, Any]) -> None:
