@@ -291,7 +291,7 @@ class Demo:
         return 0
 
     def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
-        from olstream.demo_kafka import OffsetWatcher
+        from olstream.demo_kafka import OffsetWatcher, warm_up_group_coordinator
         from olstream.kafka_admin import ensure_topic
 
         watcher = OffsetWatcher(bootstrap)
@@ -299,6 +299,8 @@ class Demo:
         for name in (topics.eventlog, topics.eventlog + ".errors", topics.events):
             ensure_topic(bootstrap, name, self.s.partitions)
             watcher.wait_ready(name)
+        if self.broker_dir is not None:
+            warm_up_group_coordinator(bootstrap, topics.events, f"olstream-demo-warmup-{self.tag}")
 
     def report(
         self, counts: LogCounts, tally: OutputTally, not_visible: int, elapsed: float, url: str | None
@@ -314,6 +316,7 @@ class Demo:
             ("runs simulated (started / finished)", f"{counts.runs_started} / {counts.runs_finished}"),
             *((f"events {t}", n) for t, n in sorted(lineage.events_by_type.items())),
             ("duplicate deliveries (byte-identical)", tally.duplicates),
+            ("re-sent events that differ (must be 0)", tally.conflicting),
             ("jobs", summary["jobs"]),
             ("datasets", summary["datasets"]),
             ("dataset edges (read/write)", summary["dataset_edges"]),

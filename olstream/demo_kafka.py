@@ -70,6 +70,25 @@ class OffsetWatcher:
         return committed, sum(ends.values())
 
 
+def warm_up_group_coordinator(bootstrap: str, topic: str, group: str, timeout: float = 60.0) -> None:
+    """Commit one offset so a fresh broker creates and loads its offsets topic before the workers start.
+
+    (On a broker that just started, the first group joins meet "coordinator load in progress".)"""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+                return
+            except KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise InfrastructureError(f"the broker's group coordinator is not ready: {e}") from e
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
 class TopicFollower:
     """Reads a topic from the beginning without committing (it never disturbs the pipeline's groups)."""
 

@@ -73,6 +73,12 @@ class OutputTally:
     terminal_runs: set[str] = field(default_factory=set)
     started_runs: set[str] = field(default_factory=set)
     duplicates: int = 0
+    by_run_event: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def conflicting(self) -> int:
+        """(run, event type) pairs seen with different bytes: a broken byte-identity promise."""
+        return sum(1 for n in self.by_run_event.values() if n > 1)
 
     def complete(self, counts: LogCounts) -> bool:
         """Every started run's START and every finished run's terminal event is here."""
@@ -87,6 +93,8 @@ class OutputTally:
         doc = json.loads(raw)
         self.events.append(doc)
         run_id = str(doc.get("run", {}).get("runId"))
+        key = (run_id, str(doc.get("eventType")))
+        self.by_run_event[key] = self.by_run_event.get(key, 0) + 1
         if doc.get("eventType") in TERMINAL_TYPES:
             self.terminal_runs.add(run_id)
         elif doc.get("eventType") == "START":

@@ -31,6 +31,9 @@ def test_output_tally_counts_distinct_events_and_terminal_runs() -> None:
     assert len(tally.events) == 2
     assert tally.duplicates == 1
     assert tally.terminal_runs == {"r1"}
+    assert tally.conflicting == 0
+    tally.add(json.dumps({"eventType": "FAIL", "run": {"runId": "r1"}, "inputs": []}).encode())
+    assert tally.conflicting == 1
 
 
 def test_file_follower_returns_only_complete_new_lines(tmp_path: Path) -> None:
