@@ -62,8 +62,13 @@ PUBLISHED_OFFSET = Gauge(
 Headers = list[tuple[str, str | bytes | None]]
 
 
+# timestamp-micros values a datetime can hold (0001-01-01 .. 9999-12-31T23:59:59.999999)
+_MIN_MICROS = -62_135_596_800_000_000
+_MAX_MICROS = 253_402_300_799_999_999
+
+
 def _without_logical_types(schema: Any) -> Any:
-    """The schema with logicalType annotations dropped: same bytes, no datetime objects built."""
+    """The schema with logicalType annotations dropped: the same bytes, plain values."""
     if isinstance(schema, dict):
         return {k: _without_logical_types(v) for k, v in schema.items() if k != "logicalType"}
     if isinstance(schema, list):
@@ -71,21 +76,81 @@ def _without_logical_types(schema: Any) -> Any:
     return schema
 
 
+def _timestamp_paths(
+    schema: Any, prefix: tuple[str, ...] = (), named: dict[str, Any] | None = None
+) -> tuple[tuple[str, ...], ...]:
+    """Field paths of a record schema that hold timestamps (through nullable nested records)."""
+    named = {} if named is None else named
+    out: list[tuple[str, ...]] = []
+    for f in schema.get("fields", ()) if isinstance(schema, dict) else ():
+        for t in f["type"] if isinstance(f["type"], list) else [f["type"]]:
+            if isinstance(t, str) and t in named:
+                t = named[t]
+            if isinstance(t, dict) and str(t.get("logicalType", "")).startswith("timestamp"):
+                out.append((*prefix, f["name"]))
+            elif isinstance(t, dict) and t.get("type") == "record":
+                named[str(t["name"])] = t
+                out.extend(_timestamp_paths(t, (*prefix, f["name"]), named))
+    return tuple(out)
+
+
+def _out_of_range_timestamp(body: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> int | None:
+    for path in paths:
+        value: Any = body
+        for name in path:
+            value = value.get(name) if isinstance(value, dict) else None
+        if isinstance(value, int) and not _MIN_MICROS <= value <= _MAX_MICROS:
+            return value
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _KnownSchema:
     record_name: bytes
     fingerprint_hex: bytes
     checker: Any
+    timestamps: tuple[tuple[str, ...], ...]
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint at `pos`: (value, position after it); IndexError when the bytes end."""
+    b = data[pos]
+    n, shift = b & 0x7F, 7
+    while b & 0x80:
+        pos += 1
+        b = data[pos]
+        n |= (b & 0x7F) << shift
+        shift += 7
+    return (n >> 1) ^ -(n & 1), pos + 1
+
+
+def embedded_position(data: bytes) -> tuple[int, int] | None:
+    """The (partition, offset) a record's body starts with (every schema begins with them)."""
+    try:
+        partition, pos = _read_varint(data, codec.HEADER_LEN)
+        offset, _ = _read_varint(data, pos)
+    except IndexError:
+        return None
+    return partition, offset
 
 
 class RowChecker:
-    """Decides whether a row's bytes decode, and builds its headers; cheap per row."""
+    """Decides whether a row's bytes decode, and builds its headers.
 
-    def __init__(self) -> None:
+    With `check_bodies` (the default) the whole body is decoded under its writer schema (so
+    truncated or corrupt bodies are caught, including out-of-range timestamps); without it only
+    the header (magic, known fingerprint) and the position the body starts with are checked.
+    """
+
+    def __init__(self, *, check_bodies: bool = True) -> None:
+        self._check_bodies = check_bodies
         self._schemas: dict[bytes, _KnownSchema] = {}
         for fp, ws in codec.known_writer_schemas().items():
-            plain = parse_schema(_without_logical_types(ws.parsed))  # keeps fastavro's parsed hint
-            self._schemas[fp] = _KnownSchema(ws.record_name.encode(), fp.hex().encode(), plain)
+            # Without logical types (no datetime built per field) but with fastavro's parsed hint
+            # (not parsed again per row); timestamps are range-checked as decode() would.
+            plain = parse_schema(_without_logical_types(ws.parsed))
+            stamps = _timestamp_paths(ws.parsed)
+            self._schemas[fp] = _KnownSchema(ws.record_name.encode(), fp.hex().encode(), plain, stamps)
 
     def headers_for(self, row: StoredRow) -> Headers | str:
         """The message headers for a good row, or the reason the row does not decode."""
@@ -95,15 +160,24 @@ class RowChecker:
         known = self._schemas.get(data[2 : codec.HEADER_LEN])
         if known is None:
             return f"unknown writer-schema fingerprint {data[2 : codec.HEADER_LEN].hex()}"
-        buf = io.BytesIO(data)
-        buf.seek(codec.HEADER_LEN)
-        try:
-            body = fastavro.schemaless_reader(buf, known.checker, None)
-        except (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
-            return f"corrupt {known.record_name.decode()} body: {type(e).__name__}: {e}"
-        if buf.tell() != len(data):
-            return f"{len(data) - buf.tell()} trailing bytes after the {known.record_name.decode()} body"
-        where = (body.get("partition"), body.get("offset")) if isinstance(body, dict) else None
+        where: tuple[object, object] | None
+        if self._check_bodies:
+            buf = io.BytesIO(data)
+            buf.seek(codec.HEADER_LEN)
+            try:
+                body = fastavro.schemaless_reader(buf, known.checker, None)
+            except (EOFError, ValueError, KeyError, TypeError, IndexError, OverflowError) as e:
+                return f"corrupt {known.record_name.decode()} body: {type(e).__name__}: {e}"
+            if buf.tell() != len(data):
+                return f"{len(data) - buf.tell()} trailing bytes after the {known.record_name.decode()} body"
+            if not isinstance(body, dict):
+                return f"corrupt {known.record_name.decode()} body"
+            bad_time = _out_of_range_timestamp(body, known.timestamps)
+            if bad_time is not None:
+                return f"corrupt {known.record_name.decode()} body: {bad_time} is outside the datetime range"
+            where = (body["partition"], body["offset"])
+        else:
+            where = embedded_position(data)
         if where != (row.partition, row.offset):
             return f"record names position {where}, not its row's ({row.partition}, {row.offset})"
         return [
@@ -161,15 +235,18 @@ class Publisher:
         *,
         transactional: bool,
         should_stop: Callable[[], bool] = lambda: False,
+        check_bodies: bool = True,
     ) -> None:
         self._producer = producer
         self._topic = topic
         self._errors_topic = errors_topic
         self._transactional = transactional
         self._should_stop = should_stop
-        self._checker = RowChecker()
+        self._checker = RowChecker(check_bodies=check_bodies)
         self._keys: dict[int, bytes] = {}
-        self._inflight: dict[int, deque[int]] = {}
+        self._inflight: dict[int, deque[tuple[int, int]]] = {}  # (offset, rows it covers) awaiting reports
+        self._unreported: dict[int, int] = {}
+        self._fatal: KafkaError | None = None
         self.acked: dict[int, int] = {}
         self.published = 0
         self.errors = 0
@@ -187,34 +264,63 @@ class Publisher:
                 self.acked[partition] = offset
 
     def publish(self, rows: Sequence[StoredRow]) -> int:
-        """Hand rows to the producer in order; returns how many were handed over (fewer on stop)."""
-        produce = self._producer.produce
-        for i, row in enumerate(rows):
-            headers = self._checker.headers_for(row)
+        """Hand rows to the producer in order; returns how many were handed over (fewer on stop).
+
+        Only the last message of a run of one log partition's rows asks for a delivery report:
+        the idempotent producer keeps a partition's messages in order and raises a fatal error
+        rather than leave a gap (``enable.gapless.guarantee``), so its acknowledgement covers
+        every message before it.
+        """
+        check = self._checker.headers_for
+        checked = [(row, check(row)) for row in rows]
+        produce, topic, delivered = self._producer.produce, self._topic, self._delivered
+        count = len(checked)
+        for i, (row, headers) in enumerate(checked):
             if isinstance(headers, str):
                 self._publish_error(row, headers)
                 continue
-            key = self._keys.get(row.partition)
+            partition = row.partition
+            key = self._keys.get(partition)
             if key is None:
-                key = self._keys[row.partition] = message_key(row.partition)
-                self._inflight[row.partition] = deque()
+                key = self._keys[partition] = message_key(partition)
+                self._inflight[partition] = deque()
+                self._unreported[partition] = 0
+            following = checked[i + 1] if i + 1 < count else None
+            report = following is None or following[0].partition != partition or isinstance(following[1], str)
             while True:
                 try:
-                    produce(self._topic, row.payload, key, headers=headers, on_delivery=self._delivered)
+                    if report:
+                        produce(topic, row.payload, key, headers=headers, on_delivery=delivered)
+                    else:
+                        produce(topic, row.payload, key, headers=headers)
                     break
                 except BufferError:
                     self.poll(0.05)
                     if self._should_stop():
                         return i
-            self._inflight[row.partition].append(row.offset)
+            if report:
+                self._inflight[partition].append((row.offset, self._unreported[partition] + 1))
+                self._unreported[partition] = 0
+            else:
+                self._unreported[partition] += 1
         self.poll(0)
-        return len(rows)
+        return count
+
+    def on_kafka_error(self, err: KafkaError) -> None:
+        """The producer's error_cb: fatal errors stop publishing; others are only logged."""
+        if err.fatal():
+            self._fatal = err
+        else:
+            log.warning("Kafka: %s", err)
 
     def poll(self, timeout: float) -> None:
         self._producer.poll(timeout)
         self.raise_if_failed()
 
     def raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            err = self._fatal
+            raise DeliveryError(f"the Kafka producer failed: {err}") from KafkaException(err)
         if self._failure is not None and not self._transactional:
             err = self._failure
             raise DeliveryError(f"Kafka rejected a record: {err}") from KafkaException(err)
@@ -237,17 +343,19 @@ class Publisher:
         """After an aborted transaction: nothing produced in it counts."""
         for pending in self._inflight.values():
             pending.clear()
+        for partition in self._unreported:
+            self._unreported[partition] = 0
         self._failure = None
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         partition = int(msg.key() or b"-1")
         pending = self._inflight.get(partition)
-        offset = pending.popleft() if pending else -1
+        offset, rows = pending.popleft() if pending else (-1, 0)
         if err is not None:
             if self._failure is None:
                 self._failure = err
             return
-        self.published += 1
+        self.published += rows
         if not self._transactional:
             self.acked[partition] = offset
 

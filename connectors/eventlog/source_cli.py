@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from connectors.eventlog.publisher import (
@@ -58,6 +58,7 @@ class SourceSettings:
     exactly_once: bool = False
     connect_timeout: float = 15.0
     transaction_interval: float = 0.1
+    check_bodies: bool = True
     tailer: TailerSettings = field(default_factory=TailerSettings)
     metrics_port: int = 0
     log_format: str = "text"
@@ -107,6 +108,7 @@ def settings_from_args(args: argparse.Namespace) -> SourceSettings:
         exactly_once=args.exactly_once,
         connect_timeout=args.connect_timeout,
         transaction_interval=args.transaction_interval,
+        check_bodies=args.check == "full",
         tailer=TailerSettings(batch_size=args.batch_size, max_wait=args.max_wait, gap_grace=args.gap_grace),
         metrics_port=metrics_port,
         log_format=args.log_format or _env("OLSTREAM_LOG_FORMAT", "text"),
@@ -131,6 +133,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     arg("--max-wait", type=float, default=0.05, help="longest pause between polls of an idle log, s [0.05]")
     arg("--gap-grace", type=float, default=1.0, help="how long a missing offset may stay missing, s [1]")
     arg("--transaction-interval", type=float, default=0.1, help="--exactly-once: commit every N s [0.1]")
+    arg(
+        "--check",
+        choices=("full", "header"),
+        default="full",
+        help="full: decode every body under its writer schema; header: magic, fingerprint, position [full]",
+    )
     arg("--metrics-port", type=int, help="serve Prometheus metrics here (0: off) [OLSTREAM_METRICS_PORT]")
     arg("--log-format", choices=("text", "json"), help="[OLSTREAM_LOG_FORMAT, text]")
     arg("--log-level", help="[OLSTREAM_LOG_LEVEL, INFO]")
@@ -202,6 +210,8 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         transactional_id = settings.transactional_id if settings.exactly_once else None
         config: dict[str, Any] = build_producer_config(settings.bootstrap, transactional_id=transactional_id)
         config["logger"] = _LIBRDKAFKA_LOG
+        errors = _ErrorForwarder()
+        config["error_cb"] = errors
         producer = Producer(config)
         if transactional_id is not None:
             try:
@@ -217,9 +227,26 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
             timeout=max(settings.connect_timeout, 30.0),
         )
         log.info("resuming after %s", {p: start.get(p, -1) for p in store.partitions()})
-        return _SourceLoop(settings, store, producer, start, stop).run()
+        loop = _SourceLoop(settings, store, producer, start, stop)
+        errors.target = loop.publisher.on_kafka_error
+        return loop.run()
     finally:
         store.close()
+
+
+class _ErrorForwarder:
+    """The producer's error_cb, handed on to the publisher once it exists."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[KafkaError], None] | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if self.target is not None:
+            self.target(err)
+        elif err.fatal():
+            raise DeliveryError(f"the Kafka producer failed: {err}")
+        else:
+            log.warning("Kafka: %s", err)
 
 
 class _SourceLoop:
@@ -235,14 +262,15 @@ class _SourceLoop:
         self._store = store
         self._producer = producer
         self._stop = stop
-        self._publisher = Publisher(
+        self.publisher = Publisher(
             producer,
             settings.topic,
             settings.errors_topic,
             transactional=settings.exactly_once,
             should_stop=stop.is_set,
+            check_bodies=settings.check_bodies,
         )
-        self._publisher.set_acked(start)
+        self.publisher.set_acked(start)
         self._tailer = LogTailer(store, start, settings.tailer, on_gap=self._gap)
         self._committed = dict(start)
         self._in_txn = False
@@ -266,17 +294,17 @@ class _SourceLoop:
                 if s.exactly_once and not self._in_txn:
                     self._producer.begin_transaction()
                     self._in_txn, self._txn_started = True, now
-                if self._publisher.publish(rows) < len(rows):
+                if self.publisher.publish(rows) < len(rows):
                     break  # stopped while Kafka applied back-pressure
                 if self._in_txn and now - self._txn_started >= s.transaction_interval:
                     self._commit()
             else:
                 if self._in_txn:
                     self._commit()
-                self._publisher.poll(0)
+                self.publisher.poll(0)
                 idle = (
                     not self._tailer.holding_gap
-                    and self._publisher.in_flight == 0
+                    and self.publisher.in_flight == 0
                     and now - last_activity >= s.idle_seconds
                 )
                 if s.until_idle and idle:
@@ -290,8 +318,8 @@ class _SourceLoop:
         self._update_metrics()
         log.info(
             "stopped: %d records published, %d sent to %s",
-            self._publisher.published,
-            self._publisher.errors,
+            self.publisher.published,
+            self.publisher.errors,
             s.errors_topic,
         )
         return EXIT_OK
@@ -300,16 +328,16 @@ class _SourceLoop:
         if self._in_txn:
             self._commit()
         else:
-            self._publisher.flush()
+            self.publisher.flush()
 
     def _commit(self) -> None:
         """Commit the open transaction; on an abortable error abort it and read its rows again."""
         if self._retry_txn_call("commit", self._producer.commit_transaction):
             self._committed = self._tailer.positions
-            self._publisher.set_acked(self._committed)
+            self.publisher.set_acked(self._committed)
         else:
             self._retry_txn_call("abort", self._producer.abort_transaction)
-            self._publisher.forget_in_flight()
+            self.publisher.forget_in_flight()
             self._tailer.reset(self._committed)
             log.warning("transaction aborted: publishing its rows again")
         self._in_txn = False
@@ -333,9 +361,9 @@ class _SourceLoop:
                 raise DeliveryError(f"cannot {what} the transaction: {err}") from e
 
     def _update_metrics(self) -> None:
-        RECORDS_PUBLISHED.inc(self._publisher.published - self._counted)
-        self._counted = self._publisher.published
-        acked = self._publisher.acked
+        RECORDS_PUBLISHED.inc(self.publisher.published - self._counted)
+        self._counted = self.publisher.published
+        acked = self.publisher.acked
         for partition, head in self._store.heads().items():
             done = acked.get(partition, -1)
             PUBLISHED_OFFSET.labels(partition=str(partition)).set(done)

@@ -1,0 +1,292 @@
+"""Bench: the source connector's throughput against a raw confluent-kafka produce loop, and its latency.
+
+    .venv/bin/python bench/source.py [--records 1000000] [--bootstrap 127.0.0.1:19092]
+        [--log sqlite:///path/cached.db] [--latency-seconds 10] [--latency-rate 1000] [--pg-url URL]
+
+Throughput (issue 3): a SQLite log of --records simulated records is published by
+`olstream source --until-idle` (a subprocess; its start-up and resume scan are not timed) and,
+in the same run and to the same broker, by a plain produce loop of the same keys and bytes
+(idempotent producer, acks=all, no headers: the limit). Goal: the connector reaches >= 50%.
+
+Latency: while the connector tails the log, a writer appends --latency-rate records/s (one
+transaction each) for --latency-seconds; a consumer reports, per record, the time from its
+append to its arrival at the consumer. Goal: p99 < 250 ms. With --pg-url the same runs
+against PostgreSQL (LISTEN/NOTIFY wake-ups).
+
+The machine may be shared: CPU seconds are printed next to wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer  # noqa: E402
+
+from connectors.eventlog import codec  # noqa: E402
+from connectors.eventlog.simulate import simulate  # noqa: E402
+from connectors.eventlog.store import open_store  # noqa: E402
+from connectors.eventlog.writer import EventLogWriter  # noqa: E402
+from olstream.kafka_admin import ensure_topic  # noqa: E402
+
+GOAL_RATIO = 0.5
+LATENCY_GOAL_MS = 250.0
+PARTITIONS = 6
+
+
+def build_log(url: str, records: int) -> int:
+    store = open_store(url, partitions=8, create=True)
+    try:
+        have = sum(h + 1 for h in store.heads().values())
+        seed = 1
+        while have < records:
+            have += simulate(store, int((records - have) / 4.7) + 10, seed=seed, batch_size=20_000).records
+            seed += 1
+        return have
+    finally:
+        store.close()
+
+
+def load_rows(url: str) -> list[tuple[bytes, bytes]]:
+    store = open_store(url)
+    try:
+        out: list[tuple[bytes, bytes]] = []
+        for p in store.partitions():
+            after, key = -1, str(p).encode()
+            while rows := store.read(p, after, 100_000):
+                out.extend((key, r.payload) for r in rows)
+                after = rows[-1].offset
+        return out
+    finally:
+        store.close()
+
+
+def raw_produce(bootstrap: str, rows: list[tuple[bytes, bytes]]) -> tuple[float, float]:
+    """(wall s, CPU s) of producing every (key, value) and waiting for all acknowledgements."""
+    topic = f"bench.raw.{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, PARTITIONS)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 200000,
+        }
+    )
+    produce, poll = producer.produce, producer.poll
+    cpu, wall = time.process_time(), time.perf_counter()
+    for key, value in rows:
+        while True:
+            try:
+                produce(topic, value, key)
+                break
+            except BufferError:
+                poll(0.01)
+    producer.flush()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def connector_publish(bootstrap: str, url: str, workdir: Path) -> tuple[float, float, int]:
+    """(wall s, CPU s, records) of `olstream source --until-idle` after its start-up."""
+    topic = f"bench.source.{uuid.uuid4().hex[:8]}"
+    idle = 0.05
+    log_path = workdir / f"{topic}.log"
+    cpu = children_cpu()
+    with log_path.open("w") as err:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "olstream",
+                "source",
+                "--log",
+                url,
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                topic,
+                "--until-idle",
+                "--idle-seconds",
+                str(idle),
+            ],
+            stderr=err,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    end = datetime.now(UTC).astimezone()
+    text = log_path.read_text()
+    started = re.search(r"^(\S+ \S+) INFO \S+: resuming after", text, re.M)
+    published = re.search(r"stopped: (\d+) records published", text)
+    assert started and published, text[-2000:]
+    start = datetime.strptime(started.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+    wall = (end - start).total_seconds() - idle
+    return wall, children_cpu() - cpu, int(published.group(1))
+
+
+def latency(bootstrap: str, url: str, seconds: float, rate: int, workdir: Path) -> list[float]:
+    """Append-to-consumer latencies (ms) of records written at `rate`/s while the connector tails."""
+    topic = f"bench.latency.{uuid.uuid4().hex[:8]}"
+    store = open_store(url, partitions=8, create=True)
+    start_heads = store.heads()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "auto.offset.reset": "latest",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    ensure_topic(bootstrap, topic, PARTITIONS)
+    ensure_topic(bootstrap, f"{topic}.errors", PARTITIONS)
+    consumer.subscribe([topic])
+    while not consumer.assignment():
+        consumer.poll(0.1)
+    log_path = workdir / f"{topic}.log"
+    with log_path.open("w") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "olstream",
+                "source",
+                "--log",
+                url,
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                topic,
+            ],
+            stderr=err,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    try:
+        while "resuming after" not in log_path.read_text():
+            time.sleep(0.05)
+        skip = {p: h for p, h in start_heads.items()}
+        total = int(seconds * rate)
+        done = threading.Event()
+
+        def write() -> None:
+            writer = EventLogWriter(store)
+            t0 = time.perf_counter()
+            for i in range(0, total, 3):
+                run = writer.run_started(
+                    namespace="bench",
+                    workflow_type="lat",
+                    workflow_version="1",
+                    workflow_instance=f"lat-{uuid.uuid4().hex[:6]}",
+                    task_id="t",
+                )
+                time.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
+                run.dataset_input("in", "s3://b", f"k{i}")
+                time.sleep(max(0.0, t0 + (i + 2) / rate - time.perf_counter()))
+                run.run_ended("completed")
+                time.sleep(max(0.0, t0 + (i + 3) / rate - time.perf_counter()))
+            done.set()
+
+        threading.Thread(target=write, daemon=True).start()
+        out: list[float] = []
+        deadline = time.monotonic() + seconds + 30
+        while len(out) < total and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.05):
+                if msg.error():
+                    continue
+                now = datetime.now(UTC)
+                record = codec.decode(msg.value() or b"")
+                if record.offset > skip.get(record.partition, -1):
+                    out.append((now - record.append_time).total_seconds() * 1000)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        consumer.close()
+        store.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--log", help="SQLite log URL to (re)use for the throughput run (built if short)")
+    parser.add_argument("--latency-seconds", type=float, default=10.0)
+    parser.add_argument("--latency-rate", type=int, default=1000)
+    parser.add_argument("--pg-url", help="also measure latency against this (empty) PostgreSQL database")
+    parser.add_argument("--skip-throughput", action="store_true")
+    args = parser.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="olstream-bench-source-") as tmp:
+        workdir = Path(tmp)
+        if not args.skip_throughput:
+            url = args.log or f"sqlite:///{workdir}/events.db"
+            t = time.perf_counter()
+            records = build_log(url, args.records)
+            print(f"log: {records:,} records in {url} (ready in {time.perf_counter() - t:.1f} s)")
+            rows = load_rows(url)
+            raw_wall, raw_cpu = raw_produce(args.bootstrap, rows)
+            del rows
+            src_wall, src_cpu, published = connector_publish(args.bootstrap, url, workdir)
+            assert published == records, f"the connector published {published} of {records}"
+            raw_rate, src_rate = records / raw_wall, records / src_wall
+            print(
+                f"{'producer':<34} {'records':>9} {'wall s':>7} {'records/s':>10} {'CPU s':>6} {'rec/CPU-s':>10}"
+            )
+            print(
+                f"{'raw confluent-kafka produce loop':<34} {records:>9,} {raw_wall:>7.2f} {raw_rate:>10,.0f} "
+                f"{raw_cpu:>6.1f} {records / raw_cpu:>10,.0f}"
+            )
+            print(
+                f"{'olstream source (--until-idle)':<34} {records:>9,} {src_wall:>7.2f} {src_rate:>10,.0f} "
+                f"{src_cpu:>6.1f} {records / src_cpu:>10,.0f}"
+            )
+            ratio = src_rate / raw_rate
+            ok = ok and ratio >= GOAL_RATIO
+            print(f"connector / raw = {ratio:.0%} (goal >= {GOAL_RATIO:.0%})")
+        stores = [("sqlite", f"sqlite:///{workdir}/latency.db")]
+        if args.pg_url:
+            stores.append(("postgresql", args.pg_url))
+        print(
+            f"\n{'latency store':<14} {'records':>8} {'rate/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}"
+        )
+        for name, url in stores:
+            values = latency(args.bootstrap, url, args.latency_seconds, args.latency_rate, workdir)
+            p99 = percentile(values, 0.99)
+            ok = ok and p99 < LATENCY_GOAL_MS
+            print(
+                f"{name:<14} {len(values):>8} {args.latency_rate:>7} {percentile(values, 0.5):>7.1f} "
+                f"{p99:>7.1f} {max(values):>7.1f}"
+            )
+        print(f"(goal: p99 < {LATENCY_GOAL_MS:.0f} ms)")
+    print("goals met" if ok else "a goal was NOT met on this machine (it may be shared: see CPU s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
