@@ -2,14 +2,15 @@
 
 Batches come from ``stream.take_events``: faust acks a batch's events only after
 this code returns, and this code returns only after every output send of the
-batch was acknowledged by the broker, so a committed offset never runs ahead of
-an unacknowledged event. A failed send ends the process at once (nothing of the
-batch is committed; the records are processed again, re-emitting identical bytes).
+batch was acknowledged by the broker (``Sender.flush``), so a committed offset
+never runs ahead of an unacknowledged event. A failed send ends the process at
+once: nothing of the batch is committed, and the records are processed again,
+re-emitting identical bytes. State writes of a batch are coalesced per run and
+written to the table (RocksDB + changelog) after the batch's sends were acked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -22,11 +23,12 @@ from faust.streams import _current_event as _CURRENT_EVENT
 
 from connectors.eventlog import codec
 from connectors.eventlog.records import Record, RunEnded
-from olstream.errors import DecodeError
+from olstream.errors import DecodeError, DeliveryError
 from streams import app as m
 from streams.processor import apply
 from streams.retention import Retention
 from streams.runid import epoch_millis
+from streams.sender import Sender
 from streams.state import RunState, StreamInputError, dumps_state, finished_end_ms, loads_state
 
 log = logging.getLogger(__name__)
@@ -50,25 +52,54 @@ def _int_header(headers: Any, name: str) -> int | None:
         return None
 
 
-class StreamWorker:
-    """Per-process processing state around the faust app (retention index, idle tracking)."""
+def _set_current_event(event: Any) -> None:
+    """Route table reads/writes to the event's partition (store DB and changelog partition).
 
-    def __init__(self, sa: m.StreamApp) -> None:
+    Only this task's context is touched, never the stream attribute that
+    take_events' buffer task reads.
+    """
+    _CURRENT_EVENT.set(weakref.ref(event))
+
+
+class StreamWorker:
+    """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
+
+    def __init__(self, sa: m.StreamApp, sender: Sender) -> None:
         self.sa = sa
         self.settings = sa.settings
         self.cfg = sa.settings.mapping
         self.table = sa.table
+        self.sender = sender
         self.retention = Retention(sa.settings.retention_ms)
         self.rescan_needed = True
         self.parent_warned = False
         self.processed: dict[int, int] = {}  # input partition -> next offset, after its sends were acked
         self.stopping = False
+        # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
+        self.overlay: dict[str, tuple[RunState | None, Any]] = {}
 
     # ------------------------------------------------------------------ state access
 
     def lookup(self, engine_run_id: str) -> RunState | None:
+        hit = self.overlay.get(engine_run_id)
+        if hit is not None:
+            return hit[0]
         raw = self.table.get(engine_run_id.encode("utf-8"))
         return None if raw is None else loads_state(raw)
+
+    def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
+        self.overlay[engine_run_id] = (state, event)
+
+    def write_overlay(self) -> None:
+        for rid, (state, event) in self.overlay.items():
+            _set_current_event(event)
+            key = rid.encode("utf-8")
+            if state is None:
+                if self.table.get(key) is not None:
+                    del self.table[key]
+            else:
+                self.table[key] = dumps_state(state)
+        self.overlay.clear()
 
     def rescan(self) -> None:
         """Rebuild the retention index from the finished runs in the (restored) table."""
@@ -81,66 +112,67 @@ class StreamWorker:
                 self.retention.note_finished(s.start_position[0], s.end.end_ms, s.engine_run_id)
                 count += 1
         self.rescan_needed = False
-        RETAINED_SET(self.retention.retained)
+        m.RETAINED.set(self.retention.retained)
         log.info("retention index rebuilt: %d finished runs retained", count)
 
-    def evict(self, log_partition: int, record_ms: int) -> None:
+    def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
         for rid in self.retention.advance(log_partition, record_ms):
-            key = rid.encode("utf-8")
-            raw = self.table.get(key)
-            if raw is not None and finished_end_ms(raw) is not None:
-                del self.table[key]
+            s = self.lookup(rid)
+            if s is not None and s.end is not None:
+                self.put(rid, None, event)
                 m.EVICTED.inc()
 
     # ------------------------------------------------------------------ processing
 
-    async def handle_batch(self, stream: Any, events: list[Any]) -> None:
+    async def handle_batch(self, events: list[Any]) -> None:
         started = time.perf_counter()
         if self.rescan_needed:
             self.rescan()
-        pending: list[Any] = []
         token = _CURRENT_EVENT.set(None)
         try:
             for event in events:
-                # the task-local current event routes table reads/writes to the event's partition
-                # (store DB and changelog partition); only this task's context is touched, never
-                # the stream's attribute that take_events' buffer task reads
-                _CURRENT_EVENT.set(weakref.ref(event))
-                await self.handle_event(event, pending)
-        finally:
-            _CURRENT_EVENT.reset(token)
-        if pending:
+                _set_current_event(event)
+                self.handle_event(event)
+            # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
+            # implies its START and terminal event were acknowledged, so a replayed RunStarted of
+            # an ended run may skip its START and a run's last event is always its terminal one
             try:
-                await asyncio.gather(*pending)
-            except Exception as e:  # any failed send: never let the batch be acked
-                log.critical("an output send failed (%s); exiting without committing the batch", e)
+                await self.sender.flush()
+            except DeliveryError as e:
+                log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
+            self.write_overlay()
+        finally:
+            self.overlay.clear()
+            _CURRENT_EVENT.reset(token)
         for event in events:
             msg = event.message
             self.processed[msg.partition] = max(self.processed.get(msg.partition, 0), msg.offset + 1)
-        RETAINED_SET(self.retention.retained)
-        m.BATCH_SECONDS.set(time.perf_counter() - started)
+        m.RETAINED.set(self.retention.retained)
+        elapsed = time.perf_counter() - started
+        m.BATCH_SECONDS.set(elapsed)
+        log.debug("batch of %d records in %.3f s", len(events), elapsed)
 
-    async def handle_event(self, event: Any, pending: list[Any]) -> None:
+    def handle_event(self, event: Any) -> None:
         msg = event.message
         value: bytes = event.value
         headers = msg.headers
-        log_partition = _int_header(headers, "olstream.partition")
-        log_offset = _int_header(headers, "olstream.offset")
         try:
-            record = codec.decode(value, log_partition, log_offset)
+            record = codec.decode(
+                value, _int_header(headers, "olstream.partition"), _int_header(headers, "olstream.offset")
+            )
         except DecodeError as e:
-            await self.reject(event, "undecodable", str(e), pending)
+            self.reject(event, "undecodable", str(e))
             return
         m.RECORDS.labels(type(record).__name__).inc()
-        self.evict(record.partition, epoch_millis(record.append_time))
+        self.evict(record.partition, epoch_millis(record.append_time), event)
         try:
             step = apply(record, self.cfg, self.lookup, msg.partition)
         except StreamInputError as e:
-            await self.reject(event, e.reason, str(e), pending)
+            self.reject(event, e.reason, str(e))
             return
         if step.write is not None:
-            self.table[step.engine_run_id.encode("utf-8")] = dumps_state(step.write)
+            self.put(step.engine_run_id, step.write, event)
             if isinstance(record, RunEnded) and step.write.end is not None:
                 self.retention.note_finished(record.partition, step.write.end.end_ms, step.engine_run_id)
         if step.replay:
@@ -148,8 +180,7 @@ class StreamWorker:
         if step.parent_not_visible:
             self.note_parent_not_visible(record)
         for out in step.outputs:
-            fut = await self.sa.output_topic.send(key=out.key, value=out.value)
-            pending.append(fut)
+            self.sender.send(self.settings.output_topic, out.key, out.value)
             m.EVENTS.labels(out.event_type).inc()
 
     def note_parent_not_visible(self, record: Record) -> None:
@@ -158,18 +189,18 @@ class StreamWorker:
             self.parent_warned = True
             log.warning(
                 "run %s (log partition %d, offset %d) names only its parent's engine run id and that parent "
-                "is not in this worker's state: emitted without a parent edge (counted in "
-                "olstream_stream_parent_not_visible_total; logged once per worker)",
+                "is not in this worker's state: emitted without a parent edge (parent_not_visible_total "
+                "counts them; logged once per worker)",
                 record.engine_run_id,
                 record.partition,
                 record.offset,
             )
 
-    async def reject(self, event: Any, reason: str, detail: str, pending: list[Any]) -> None:
+    def reject(self, event: Any, reason: str, detail: str) -> None:
         msg = event.message
         m.ERRORS.labels(reason).inc()
         log.warning("bad input at topic partition %d, offset %d: %s", msg.partition, msg.offset, detail)
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("olstream.error", reason.encode()),
             ("olstream.error.detail", detail.encode("utf-8")),
             ("olstream.source.topic", msg.topic.encode()),
@@ -180,12 +211,11 @@ class StreamWorker:
             raw = _header(msg.headers, name)
             if raw is not None:
                 headers.append((name, raw))
-        fut = await self.sa.errors_topic.send(key=msg.key, value=event.value, headers=headers)
-        pending.append(fut)
+        self.sender.send(self.settings.errors_topic, msg.key, event.value, headers)
 
     # ------------------------------------------------------------------ --until-idle
 
-    async def check_idle(self) -> None:
+    async def check_idle(self, end_offsets: Any) -> None:
         """Stop the worker (exit 0) once every assigned input partition is processed, acked and committed."""
         if self.stopping:
             return
@@ -194,18 +224,17 @@ class StreamWorker:
         tps = [tp for tp in consumer.assignment() if tp.topic == self.settings.input_topic]
         if not tps or app.rebalancing:
             return
-        highs = await consumer.highwaters(*tps)
-        earliest = await consumer.earliest_offsets(*tps)
-        for tp in tps:
-            high, low = highs.get(tp), earliest.get(tp)
-            if high is None:
-                return
-            if high > (low or 0) and self.processed.get(tp.partition, 0) < high:
-                return
+        bounds = await end_offsets([tp.partition for tp in tps])
+        if any(
+            self.processed.get(tp.partition, 0) < bounds[tp.partition][1]
+            and bounds[tp.partition][1] > bounds[tp.partition][0]
+            for tp in tps
+        ):
+            return
         await consumer.commit()
         for tp in tps:
-            high, low = highs[tp], earliest.get(tp) or 0
-            committed = consumer._committed_offset.get(tp)
+            low, high = bounds[tp.partition]
+            committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
             if high > low and (committed is None or committed < high):
                 return
         self.stopping = True
@@ -213,28 +242,27 @@ class StreamWorker:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def RETAINED_SET(value: int) -> None:
-    m.RETAINED.set(value)
-
-
 def attach(sa: m.StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hook and the idle timer on the app."""
-    worker = StreamWorker(sa)
+    worker = StreamWorker(sa, Sender(sa.settings.bootstrap))
     app = sa.app
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
         async for events in stream.take_events(sa.settings.batch_size, within=sa.settings.batch_within):
-            await worker.handle_batch(stream, list(events))
+            await worker.handle_batch(list(events))
 
-    @app.on_rebalance_complete.connect
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
 
-    if sa.settings.until_idle:
+    app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 
-        @app.timer(sa.settings.idle_check_interval)
+    if sa.settings.until_idle:
+        watermarks = m.Watermarks(sa.settings.bootstrap, sa.settings.input_topic)
+
         async def idle_timer() -> None:
-            await worker.check_idle()
+            await worker.check_idle(watermarks.bounds)
+
+        app.timer(sa.settings.idle_check_interval)(idle_timer)
 
     return worker

@@ -79,6 +79,8 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         stream_wait_empty=False,
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         key_serializer="raw",
         value_serializer="raw",
     )
@@ -105,3 +107,27 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         extra_topic_configs=CHANGELOG_CONFIG,
     )
     return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
+
+
+class Watermarks:
+    """Low/high offsets of the input's partitions (confluent-kafka, queried off the event loop)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
+
+    def _query(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        out = {}
+        for p in partitions:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            out[p] = (low, high)
+        return out
+
+    async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self._query, partitions)

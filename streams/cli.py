@@ -43,7 +43,10 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--job-prefix", default=None, help="prefix before {workflowType}@{version} in job names")
     p.add_argument("--producer", default=None, help="the RunEvents' producer URL")
     p.add_argument("--integration", default=None, help="jobType facet integration (OLSTREAM)")
-    p.add_argument("--batch-size", type=int, default=None, help="records per processing batch (500)")
+    p.add_argument("--batch-size", type=int, default=None, help="records per processing batch (5000)")
+    p.add_argument(
+        "--session-timeout", type=float, default=None, help="consumer group session timeout s (10)"
+    )
     p.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (0 = off)")
     p.add_argument("--log-format", choices=("text", "json"), default=None)
     p.add_argument("--log-level", default=None)
@@ -71,8 +74,9 @@ def build_settings(args: argparse.Namespace) -> WorkerSettings:
             default_partitions=int(pick(args.partitions, "PARTITIONS", "6")),
             until_idle=bool(args.until_idle),
             retention_ms=int(float(pick(args.retention, "RETENTION_SECONDS", "3600")) * 1000),
-            batch_size=int(pick(args.batch_size, "BATCH_SIZE", "500")),
+            batch_size=int(pick(args.batch_size, "BATCH_SIZE", "5000")),
             metrics_port=int(pick(args.metrics_port, "METRICS_PORT", "0")),
+            session_timeout=float(pick(args.session_timeout, "SESSION_TIMEOUT", "10")),
             mapping=mapping,
         )
     except ValueError as e:

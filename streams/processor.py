@@ -76,6 +76,11 @@ def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> S
                     record.partition,
                     record.offset,
                 )
+            if current.end is not None:
+                # the run already ended, and the agent stores state only after its events were
+                # acknowledged: the START was delivered; re-sending it after the terminal event
+                # would reopen the run in consumers such as Marquez
+                return Step(rid, replay=True)
             # replay: re-emit the identical START from the stored state, never a new one
             return Step(rid, outputs=(_start_output(cfg, current),), replay=True)
         started = st.start(record, cfg.job_prefix, _same_log_partition(lookup, record.partition), home)

@@ -23,8 +23,9 @@ class WorkerSettings:
     default_partitions: int = 6
     until_idle: bool = False
     idle_check_interval: float = 0.5
-    batch_size: int = 500
-    batch_within: float = 0.05
+    batch_size: int = 5000
+    batch_within: float = 0.3
     retention_ms: int = DEFAULT_RETENTION_MS
     metrics_port: int = 0
+    session_timeout: float = 10.0
     mapping: MappingConfig = field(default_factory=MappingConfig)

@@ -229,7 +229,9 @@ def resolve_lineage(
         parent = parent_state.run
     root: JobRun | None
     if record.root is None:
-        # no root given: the parent's own root when we know it, else the parent is the root
+        # no root given: the parent's own root when the parent is in this state, else the parent
+        if parent_state is None:
+            parent_state = lookup(record.parent.engine_run_id)
         root = (parent_state.root or parent_state.run) if parent_state is not None else parent
     else:
         root = _identity_from_ref(record.root, prefix)
