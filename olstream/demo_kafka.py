@@ -74,7 +74,9 @@ def warm_up_group_coordinator(bootstrap: str, topic: str, group: str, timeout: f
     """Commit one offset so a fresh broker creates and loads its offsets topic before the workers start.
 
     (On a broker that just started, the first group joins meet "coordinator load in progress".)"""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "log_level": 3}
+    )
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -100,6 +102,7 @@ class TopicFollower:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
+                "log_level": 3,
             }
         )
         self.consumer.subscribe([topic])
