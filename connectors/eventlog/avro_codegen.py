@@ -104,10 +104,16 @@ class _Generator:
             self._write_varint(src, ind, f"len({b})")
             src.emit(ind, f"buf += {b}")
         elif kind == "timestamp-micros":
-            m = src.var("m")
-            src.emit(ind, f"{m} = {v} - EPOCH")  # TypeError for a naive datetime
-            src.emit(ind, f"{m} = ({m}.days * 86400 + {m}.seconds) * 1000000 + {m}.microseconds")
-            self._write_varint(src, ind, m)
+            # A record's times are often the same object (append time = event time): memoize.
+            m, start = src.var("m"), src.var("start")
+            src.emit(ind, f"if {v} is last_time:")
+            src.emit(ind + 1, "buf += last_time_bytes")
+            src.emit(ind, "else:")
+            src.emit(ind + 1, f"{start} = len(buf)")
+            src.emit(ind + 1, f"{m} = {v} - EPOCH")  # TypeError for a naive datetime
+            src.emit(ind + 1, f"{m} = ({m}.days * 86400 + {m}.seconds) * 1000000 + {m}.microseconds")
+            self._write_varint(src, ind + 1, m)
+            src.emit(ind + 1, f"last_time, last_time_bytes = {v}, buf[{start}:]")
         elif kind == "enum":
             if len(schema["symbols"]) > 63:
                 raise UnsupportedSchema("enums of more than 63 symbols")
@@ -130,6 +136,7 @@ class _Generator:
         src = _Source()
         src.emit(0, "def encode(buf, record):")
         src.emit(1, "append = buf.append")
+        src.emit(1, "last_time = last_time_bytes = None")
         if skip_fields:
             self._resolve(schema)
             for f in schema["fields"][skip_fields:]:
@@ -172,7 +179,11 @@ class _Generator:
         elif kind == "timestamp-micros":
             m = src.var("m")
             self._read_varint(src, ind, m)
-            src.emit(ind, f"{target} = EPOCH + timedelta(0, 0, {m})")
+            src.emit(ind, f"if {m} == last_micros:")  # equal times in one record: one datetime
+            src.emit(ind + 1, f"{target} = last_datetime")
+            src.emit(ind, "else:")
+            src.emit(ind + 1, f"{target} = last_datetime = EPOCH + timedelta(0, 0, {m})")
+            src.emit(ind + 1, f"last_micros = {m}")
         elif kind == "enum":
             convert = self._enum_types.get(self._short(schema["name"]), str)
             values = src.const(tuple(convert(s) for s in schema["symbols"]), "symbols")
@@ -213,6 +224,7 @@ class _Generator:
         src = _Source()
         src.emit(0, "def decode(data, pos):")
         src.emit(1, "length = len(data)")
+        src.emit(1, "last_micros = last_datetime = None")
         self._read(src, 1, schema, "result")
         src.emit(1, "return result, pos")
         decode: Callable[[bytes, int], tuple[Any, int]] = self._compile(src, "decode")
