@@ -79,6 +79,8 @@ class _State:
     invalid: list[str] = field(default_factory=list)
     count: int = 0
     record: bool = True
+    first_at: float = 0.0
+    last_at: float = 0.0
 
 
 class _HttpProtocol(asyncio.Protocol):
@@ -202,7 +204,11 @@ class Receiver:
         with self._lock:
             n = self._state.count
             self._state.count += 1
-            probe = Request(method, path, headers, body, time.monotonic(), None)
+            now = time.monotonic()
+            if not n:
+                self._state.first_at = now
+            self._state.last_at = now
+            probe = Request(method, path, headers, body, now, None)
             reply = self._state.script.pop(0) if self._state.script else self._state.responder(probe, n)
             status = reply.status if reply.action == "respond" else None
             if self._state.record:
@@ -253,7 +259,12 @@ class Receiver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a fast, non-recording, non-validating receiver as its own process (benchmarks)."""
+    """Run a fast, non-recording, non-validating receiver as its own process (benchmarks).
+
+    Prints {"port": N}; then each line "stats" on stdin prints {"count", "first", "last"}
+    (request count and monotonic times of the first and last request) and resets them.
+    It stops when stdin closes.
+    """
     parser = argparse.ArgumentParser(description="fast loopback OpenLineage receiver")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
@@ -261,9 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(json.dumps({"port": receiver.port}) + "\n")
     sys.stdout.flush()
     try:
-        sys.stdin.read()  # runs until the parent closes our stdin
+        for line in sys.stdin:
+            if line.strip() == "stats":
+                with receiver._lock:
+                    state = receiver._state
+                    doc = {"count": state.count, "first": state.first_at, "last": state.last_at}
+                    state.count, state.first_at, state.last_at = 0, 0.0, 0.0
+                sys.stdout.write(json.dumps(doc) + "\n")
+                sys.stdout.flush()
     finally:
-        sys.stdout.write(json.dumps({"requests": receiver.count}) + "\n")
         receiver.close()
     return 0
 
