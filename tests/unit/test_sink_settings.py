@@ -88,7 +88,8 @@ def test_transport_types_from_file_and_flags(tmp_path: Path) -> None:
 
 
 def test_openlineage_yml_in_the_working_directory_and_timeouts(tmp_path: Path) -> None:
-    (tmp_path / "openlineage.yml").write_text("transport:\n  type: http\n  url: http://cwd:5000\n  timeout: 7\n")
+    yml = "transport:\n  type: http\n  url: http://cwd:5000\n  timeout: 7\n"
+    (tmp_path / "openlineage.yml").write_text(yml)
     s = settings_for({}, {}, tmp_path)
     assert (s.url, s.total_timeout, s.connect_timeout) == ("http://cwd:5000/api/v1/lineage", 7.0, 5.0)
     assert settings_for({"timeout": 2.5}, {}, tmp_path).total_timeout == 2.5

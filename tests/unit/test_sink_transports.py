@@ -36,7 +36,8 @@ def test_file_is_fsynced_before_the_offsets_it_covers_are_committed(tmp_path: Pa
     settings = SinkSettings(transport="file", file_path=str(path))
     sink = Sink(settings, transport, RecordingCommitter(steps), None)  # type: ignore[arg-type]
     sink.on_assign(None, [_tp("t", 0)])  # type: ignore[arg-type]
-    events = [PendingEvent("t", 0, n, b"k", json.dumps({"n": n}).encode(), sink.epochs[("t", 0)]) for n in range(3)]
+    epoch = sink.epochs[("t", 0)]
+    events = [PendingEvent("t", 0, n, b"k", json.dumps({"n": n}).encode(), epoch) for n in range(3)]
 
     async def deliver() -> None:
         await transport.start()
