@@ -272,10 +272,10 @@ class Demo:
 
     def run(self) -> int:
         started = time.monotonic()
+        url = self.receiver_url()  # first: a receiver that cannot start fails before anything else runs
         bootstrap = self.start_broker()
         topics = topics_for(self.s.bootstrap is None, self.tag)
         self.ensure_topics(bootstrap, topics)
-        url = self.receiver_url()
         if not url:
             self.s.out.unlink(missing_ok=True)
         counts = self.simulate(f"sqlite:///{self.work / 'events.db'}")
@@ -343,7 +343,7 @@ class Demo:
             from olstream.infra import kafka
 
             kafka.stop_broker(self.broker_dir)
-        if self.s.keep or self.failed:
+        if self.s.keep or (self.failed and self.children.started):
             self.console.print(f"work directory (process logs): {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
