@@ -49,10 +49,20 @@ class GroupLag:
 
 
 @dataclass(frozen=True)
+class GroupState:
+    state: str  # STABLE, EMPTY, PREPARING_REBALANCE, ...
+    members: int
+
+
+@dataclass(frozen=True)
 class PipelineStatus:
     topics: tuple[TopicEnd, ...]
     groups: tuple[GroupLag, ...]
     missing_topics: tuple[str, ...]
+    group_states: tuple[tuple[str, GroupState], ...] = ()
+
+    def state_of(self, group: str) -> GroupState | None:
+        return dict(self.group_states).get(group)
 
 
 def topic_ends(ends: Mapping[TopicPartitionKey, int]) -> list[TopicEnd]:
@@ -117,12 +127,20 @@ def collect(bootstrap: str, topics: Sequence[str] = PIPELINE_TOPICS, timeout: fl
             for fut in result.values():
                 parts = fut.result().topic_partitions or []
                 committed[listing.group_id] = {(tp.topic, tp.partition): tp.offset for tp in parts}
+        lags = group_lags(ends, committed)
+        states: dict[str, GroupState] = {}
+        names = sorted({g.group for g in lags})
+        if names:
+            for name, fut in admin.describe_consumer_groups(names, request_timeout=timeout).items():
+                desc = fut.result()
+                states[name] = GroupState(getattr(desc.state, "name", str(desc.state)), len(desc.members))
     except KafkaException as e:
         raise InfrastructureError(f"cannot read offsets from the broker at {bootstrap}: {e}") from e
     return PipelineStatus(
         topics=tuple(topic_ends(ends)),
-        groups=tuple(g for g in group_lags(ends, committed)),
+        groups=tuple(lags),
         missing_topics=missing,
+        group_states=tuple(sorted(states.items())),
     )
 
 
@@ -139,15 +157,19 @@ def render_tables(status: PipelineStatus, bootstrap: str) -> Iterable[object]:
     for name in status.missing_topics:
         topics.add_row(name, "-", "-", "(not created)")
     groups = Table(title="Consumer groups")
-    for col in ("group", "topic", "committed", "end", "lag"):
-        groups.add_column(col, justify="left" if col in ("group", "topic") else "right")
+    for col in ("group", "state", "members", "topic", "committed", "end", "lag"):
+        groups.add_column(col, justify="left" if col in ("group", "state", "topic") else "right")
     for g in status.groups:
         lag = (
             str(g.lag)
             if not g.partitions_without_commit
             else f"{g.lag} ({g.partitions_without_commit} p. uncommitted)"
         )
-        groups.add_row(g.group, g.topic, str(g.committed), str(g.end), lag)
+        state = status.state_of(g.group)
+        members = str(state.members) if state else "?"
+        groups.add_row(
+            g.group, state.state if state else "?", members, g.topic, str(g.committed), str(g.end), lag
+        )
     if not status.groups:
-        groups.add_row("(none)", "", "", "", "")
+        groups.add_row("(none)", "", "", "", "", "", "")
     return (topics, groups)

@@ -40,3 +40,24 @@ def test_tables_render_with_missing_topics_and_no_groups() -> None:
         console.print(table)
     text = console.export_text()
     assert "openlineage.events.dlq" in text and "(not created)" in text and "(none)" in text
+
+
+def test_group_state_and_members_are_shown() -> None:
+    from rich.console import Console
+
+    from olstream.status import GroupState
+
+    lag = GroupLag("worker", "olstream.eventlog", committed=8, end=15, partitions_without_commit=0)
+    status = PipelineStatus(
+        topics=tuple(topic_ends(ENDS)),
+        groups=(lag,),
+        missing_topics=(),
+        group_states=(("worker", GroupState("STABLE", 2)),),
+    )
+    assert status.state_of("worker") == GroupState("STABLE", 2)
+    assert status.state_of("other") is None
+    console = Console(record=True, width=160)
+    for table in render_tables(status, "b:9092"):
+        console.print(table)
+    row = next(line for line in console.export_text().splitlines() if "worker" in line)
+    assert "STABLE" in row and " 2 " in row and " 7 " in row
