@@ -144,6 +144,7 @@ class RowChecker:
 
     def __init__(self, *, check_bodies: bool = True) -> None:
         self._check_bodies = check_bodies
+        self._partition_headers: dict[int, bytes] = {}
         self._schemas: dict[bytes, _KnownSchema] = {}
         for fp, ws in codec.known_writer_schemas().items():
             # Without logical types (no datetime built per field) but with fastavro's parsed hint
@@ -155,9 +156,9 @@ class RowChecker:
     def headers_for(self, row: StoredRow) -> Headers | str:
         """The message headers for a good row, or the reason the row does not decode."""
         data = row.payload
-        if len(data) < codec.HEADER_LEN or data[:2] != codec.MAGIC:
-            return "not Avro single-object encoding (bad magic or too short)"
         known = self._schemas.get(data[2 : codec.HEADER_LEN])
+        if data[:2] != codec.MAGIC or len(data) < codec.HEADER_LEN:
+            return "not Avro single-object encoding (bad magic or too short)"
         if known is None:
             return f"unknown writer-schema fingerprint {data[2 : codec.HEADER_LEN].hex()}"
         where: tuple[object, object] | None
@@ -180,8 +181,11 @@ class RowChecker:
             where = embedded_position(data)
         if where != (row.partition, row.offset):
             return f"record names position {where}, not its row's ({row.partition}, {row.offset})"
+        partition_header = self._partition_headers.get(row.partition)
+        if partition_header is None:
+            partition_header = self._partition_headers[row.partition] = str(row.partition).encode()
         return [
-            (HEADER_PARTITION, str(row.partition).encode()),
+            (HEADER_PARTITION, partition_header),
             (HEADER_OFFSET, str(row.offset).encode()),
             (HEADER_TYPE, known.record_name),
             (HEADER_FINGERPRINT, known.fingerprint_hex),
