@@ -48,6 +48,8 @@ ERRORS = Counter(
     "Rows sent to the errors topic (kind=decode) and gaps in a partition's offsets (kind=gap).",
     ["kind"],
 )
+for _kind in ("decode", "gap"):
+    ERRORS.labels(kind=_kind)  # exported as 0 from the start
 PARTITION_LAG = Gauge(
     "olstream_source_partition_lag",
     "Log head minus the last published offset, per log partition.",

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,3 +271,42 @@ def _wait_until(condition, timeout: float) -> None:  # type: ignore[no-untyped-d
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+
+
+def _metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        name: float(value)
+        for name, value in re.findall(r"^(olstream_source_[^\s]+) (\S+)$", text, re.M)
+    }
+
+
+@pytest.mark.parametrize("small_log", STORES[:1], indirect=True)
+def test_it_tails_new_rows_serves_metrics_and_stops_cleanly_on_sigterm(
+    small_log, kafka_bootstrap, unique_topic, olstream_cmd, subprocess_env, tmp_path  # type: ignore[no-untyped-def]
+) -> None:
+    url = small_log
+    port = free_port()
+    log_path = tmp_path / "source.log"
+    extra = ("--metrics-port", str(port))
+    proc = start_source(olstream_cmd, subprocess_env, url, unique_topic, log_path, *extra)
+    try:
+        wait_for_text(log_path, "resuming after")
+        first = len(read_rows(url))
+        _wait_until(lambda: _metrics(port).get("olstream_source_records_published_total") == first, 30)
+        write_log(url, 500, seed=99)  # appended while it tails
+        rows = read_rows(url)
+        _wait_until(lambda: _metrics(port).get("olstream_source_records_published_total") == len(rows), 30)
+        metrics = _metrics(port)
+        lags = {k: v for k, v in metrics.items() if k.startswith("olstream_source_partition_lag{")}
+        assert len(lags) == 8 and set(lags.values()) == {0.0}, metrics
+        assert metrics['olstream_source_errors_total{kind="decode"}'] == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "got SIGTERM: flushing and stopping" in log_path.read_text()
+    assert_complete_and_ordered(read_topic(kafka_bootstrap, unique_topic), rows, exactly_once=True)
