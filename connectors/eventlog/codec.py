@@ -17,7 +17,7 @@ import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +368,23 @@ _SMALL_VARINTS = tuple(bytes([n << 1]) for n in range(64))
 _PREFIXES: dict[tuple[type[Any], int], bytes] = {}
 
 
+def _prefix(rc: _RecordCodec, record: Record) -> bytes:
+    """Magic, fingerprint and the partition's varint, cached per record type and partition."""
+    key = (type(record), record.partition)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        if not -(2**31) <= record.partition < 2**31:
+            raise ValueError(
+                f"cannot encode {key[0].__name__}: partition {record.partition} is not an Avro int"
+            )
+        prefix = _PREFIXES.setdefault(key, rc.header + _zigzag_varint(record.partition))
+    return prefix
+
+
+def _splice(prefix: bytes, rest: bytes, offset: int) -> bytes:
+    return prefix + (_SMALL_VARINTS[offset] if 0 <= offset < 64 else _zigzag_varint(offset)) + rest
+
+
 def offset_encoder(record: Record) -> Callable[[int], bytes]:
     """A function `offset -> bytes` giving `encode(replace(record, offset=offset))`, cheaply.
 
@@ -376,24 +393,11 @@ def offset_encoder(record: Record) -> Callable[[int], bytes]:
     the offset's varint is spliced in per call (the store assigns the offset inside its
     append transaction).
     """
-    key = (type(record), record.partition)
-    prefix = _PREFIXES.get(key)
     rc = _codec_for(record)
-    if prefix is None:
-        if not -(2**31) <= record.partition < 2**31:
-            raise ValueError(
-                f"cannot encode {key[0].__name__}: partition {record.partition} is not an Avro int"
-            )
-        prefix = _PREFIXES.setdefault(key, rc.header + _zigzag_varint(record.partition))
+    prefix = _prefix(rc, record)
     tail = bytearray()
     try:
         rc.encode_tail(tail, record)
     except Exception as e:
         raise _encode_error(rc, record, e) from e
-    rest = bytes(tail)
-    small = _SMALL_VARINTS
-
-    def build(offset: int) -> bytes:
-        return prefix + (small[offset] if 0 <= offset < 64 else _zigzag_varint(offset)) + rest
-
-    return build
+    return partial(_splice, prefix, bytes(tail))
