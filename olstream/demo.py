@@ -288,6 +288,11 @@ class Demo:
             self.s.out.parent.mkdir(parents=True, exist_ok=True)
             self.s.out.write_bytes(b"".join(sorted(raw + b"\n" for raw in tally.seen)))
         self.report(counts, tally, not_visible, time.monotonic() - started, url)
+        if self.s.bootstrap:
+            topic_args = " ".join(
+                f"--topic {t}" for t in (topics.eventlog, topics.eventlog + ".errors", topics.events)
+            )
+            self.console.print(f"offsets and lag: olstream status --bootstrap {bootstrap} {topic_args}")
         return 0
 
     def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
