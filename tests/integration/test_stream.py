@@ -16,7 +16,6 @@ from tests.integration.stream_support import (
     produce_raw,
     produce_records,
     produce_rows,
-    run_until_idle,
     simulated_rows,
     start_worker,
     worker_cmd,
@@ -53,7 +52,9 @@ def test_simulated_workload_valid_ordered_and_identical_over_3_and_6_partitions(
         produce_raw(kafka_bootstrap, src, b"0", b"\xc3\x01not avro at all")
         produce_records(kafka_bootstrap, src, [ended("no-such-run", partition=0, offset=10**9)])
         outputs[n] = (out, err)
-        cmd = worker_cmd(kafka_bootstrap, f"{unique_group}-{n}", tmp_path / f"w{n}", src, out, err, "--until-idle")
+        cmd = worker_cmd(
+            kafka_bootstrap, f"{unique_group}-{n}", tmp_path / f"w{n}", src, out, err, "--until-idle"
+        )
         procs.append((start_worker(cmd, tmp_path / f"w{n}.log"), tmp_path / f"w{n}.log"))
     for proc, log in procs:
         assert proc.wait(240) == 0, log.read_text()[-4000:]
@@ -92,9 +93,15 @@ def test_simulated_workload_valid_ordered_and_identical_over_3_and_6_partitions(
         assert first["job"]["name"] == f"{start.workflow_type}@{start.workflow_version}"
         parent = first["run"]["facets"].get("parent")
         if start.parent is None:
-            assert parent is None and events[0].key == f"run:{first['job']['namespace']}/{first['job']['name']}".encode()
+            assert (
+                parent is None
+                and events[0].key == f"run:{first['job']['namespace']}/{first['job']['name']}".encode()
+            )
         elif start.parent.is_complete:
-            assert parent is not None and parent["job"]["name"] == f"{start.parent.workflow_type}@{start.parent.workflow_version}"
+            assert (
+                parent is not None
+                and parent["job"]["name"] == f"{start.parent.workflow_type}@{start.parent.workflow_version}"
+            )
         if parent is not None and "root" in parent:
             root = parent["root"]["job"]
             assert events[0].key == f"run:{root['namespace']}/{root['name']}".encode()
