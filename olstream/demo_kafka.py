@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 class OffsetWatcher:
     def __init__(self, bootstrap: str, timeout: float = 5.0) -> None:
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        # The demo's own clients stay quiet: their failures surface as exceptions, not librdkafka lines.
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         self.timeout = timeout
 
     def ends(self, topic: str) -> dict[int, int]:
@@ -75,7 +76,7 @@ def warm_up_group_coordinator(bootstrap: str, topic: str, group: str, timeout: f
 
     (On a broker that just started, the first group joins meet "coordinator load in progress".)"""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "log_level": 3}
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "log_level": 0}
     )
     deadline = time.monotonic() + timeout
     try:
@@ -102,7 +103,7 @@ class TopicFollower:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
-                "log_level": 3,
+                "log_level": 0,
             }
         )
         self.consumer.subscribe([topic])
