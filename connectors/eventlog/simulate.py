@@ -33,6 +33,7 @@ BASE_TIME = datetime(2024, 5, 1, 0, 0, tzinfo=UTC)
 MAX_DEPTH = 4
 OPEN = "open"
 T = TypeVar("T")
+NON_ASCII_DATASETS = frozenset(k for k, (ns, name) in cat.DATASETS.items() if not (ns + name).isascii())
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 STATUS_ORDER = (*(s.value for s in RunStatus), OPEN)
@@ -123,6 +124,7 @@ class _Simulation:
         self.statuses = list(cat.STATUS_WEIGHTS)
         self.status_cumulative = list(itertools.accumulate(cat.STATUS_WEIGHTS.values()))
         self.random = self.rng.random
+        self.scheduled_names: dict[tuple[str, datetime], str] = {}
 
     def pick(self, seq: Sequence[T]) -> T:
         """A seeded choice (cheaper than Random.choice)."""
@@ -140,7 +142,7 @@ class _Simulation:
     def tick(self, low_ms: int = 1, high_ms: int = 4000) -> datetime:
         """Advance the simulated clock by a seeded amount (random() is cheaper than randint())."""
         span = (high_ms - low_ms) * 1000
-        self.now += timedelta(microseconds=low_ms * 1000 + int(self.random() * span))
+        self.now += timedelta(0, 0, low_ms * 1000 + int(self.random() * span))
         return self.now
 
     def new_id(self) -> str:
@@ -170,7 +172,10 @@ class _Simulation:
         if wf.schedule_minutes is not None:
             period = timedelta(minutes=wf.schedule_minutes)
             nominal = BASE_TIME + ((self.now - BASE_TIME) // period) * period
-            return f"{wf.name}@{nominal:%Y-%m-%dT%H:%M}", nominal
+            name = self.scheduled_names.get((wf.name, nominal))
+            if name is None:
+                name = self.scheduled_names[(wf.name, nominal)] = f"{wf.name}@{nominal:%Y-%m-%dT%H:%M}"
+            return name, nominal
         return f"{wf.name}-{self.between(1, 400)}", None
 
     def start(
@@ -265,7 +270,7 @@ class _Simulation:
             key = self.pick(inputs + outputs)
             ns, name = cat.DATASETS[key]
             self.tally.declared_twice += 1
-            self.count_declaration(ns, name)
+            self.count_declaration(key)
             dataset = run.dataset(key, ns, name)
             when = self.tick(1, 500)
             (dataset.write if key in outputs else dataset.read)(
@@ -286,13 +291,13 @@ class _Simulation:
             return f"v{self.between(1, 40)}"
         return None
 
-    def count_declaration(self, namespace: str, name: str) -> None:
+    def count_declaration(self, key: str) -> None:
         self.tally.declarations += 1
-        self.tally.non_ascii += not (namespace + name).isascii()
+        self.tally.non_ascii += key in NON_ASCII_DATASETS
 
     def declare(self, run: RunHandle, key: str, *, output: bool) -> None:
         ns, name = cat.DATASETS[key]
-        self.count_declaration(ns, name)
+        self.count_declaration(key)
         when = self.tick(1, 2000)
         if output:
             run.dataset_output(key, ns, name, self.version(True), time=when)

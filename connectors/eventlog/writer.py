@@ -101,13 +101,20 @@ class EventLogWriter:
         self._batch_depth = 0
         self._pending: list[tuple[int, Callable[[int], bytes]]] = []
         self.records_written = 0
+        self._partitions_of: dict[str, int] = {}  # a small cache: instances repeat
 
     @property
     def partition_count(self) -> int:
         return self._partition_count
 
     def partition_for(self, workflow_instance: str) -> int:
-        return partition_for(workflow_instance, self._partition_count)
+        partition = self._partitions_of.get(workflow_instance)
+        if partition is None:
+            partition = partition_for(workflow_instance, self._partition_count)
+            if len(self._partitions_of) >= 10_000:
+                self._partitions_of.clear()
+            self._partitions_of[workflow_instance] = partition
+        return partition
 
     @contextmanager
     def batch(self) -> Iterator[None]:
