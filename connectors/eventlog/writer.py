@@ -183,15 +183,24 @@ class EventLogWriter:
         for label, ref in (("parent", parent_ref), ("root", root_ref)):
             if ref is not None:
                 _require_text(f"{label}.engine_run_id", ref.engine_run_id)
+        for label, text in (
+            ("workflow_instance", workflow_instance),
+            ("task_id", task_id),
+            ("namespace", namespace),
+            ("workflow_type", workflow_type),
+            ("workflow_version", workflow_version),
+        ):
+            if type(text) is not str or not text.strip():
+                _require_text(label, text)  # raises, naming the field
         record = RunStarted(
-            partition=self.partition_for(_require_text("workflow_instance", workflow_instance)),
+            partition=self.partition_for(workflow_instance),
             offset=0,
             append_time=append_time,
             engine_run_id=run_id,
-            task_id=_require_text("task_id", task_id),
-            namespace=_require_text("namespace", namespace),
-            workflow_type=_require_text("workflow_type", workflow_type),
-            workflow_version=_require_text("workflow_version", workflow_version),
+            task_id=task_id,
+            namespace=namespace,
+            workflow_type=workflow_type,
+            workflow_version=workflow_version,
             workflow_instance=workflow_instance,
             start_time=_require_time("start_time", start_time or append_time),
             principal=_optional_text("principal", principal),
