@@ -18,6 +18,8 @@ from olstream.errors import DeliveryError
 
 log = logging.getLogger(__name__)
 
+Headers = list[tuple[str, str | bytes | None]]
+
 
 class Sender:
     def __init__(self, bootstrap: str, extra: dict[str, Any] | None = None) -> None:
@@ -39,9 +41,7 @@ class Sender:
         if err is not None and self._failure is None:
             self._failure = err
 
-    def send(
-        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, str | bytes | None]] | None = None
-    ) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
         while True:
             try:
                 self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)

@@ -1,0 +1,70 @@
+"""Run state values: serialization round trip, the finished-run prefix, retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from connectors.eventlog.records import RunError, RunStatus
+from streams.mapping import MappingConfig
+from streams.processor import apply
+from streams.retention import Retention
+from streams.state import RunState, dumps_state, finished_end_ms, format_time, loads_state
+from tests.unit.stream_records import T0, declared, ended, ref_of, started
+
+
+def build(*records) -> RunState:  # type: ignore[no-untyped-def]
+    table: dict[str, RunState] = {}
+    for r in records:
+        step = apply(r, MappingConfig(), table.get, home=4)
+        if step.write is not None:
+            table[step.engine_run_id] = step.write
+    return table[records[-1].engine_run_id]
+
+
+def test_round_trip_open_and_finished() -> None:
+    parent = started("p", wtype="daily")
+    open_state = build(parent, started("c", instance="流", parent=ref_of(parent), nominal=True, offset=3))
+    assert loads_state(dumps_state(open_state)) == open_state
+    assert finished_end_ms(dumps_state(open_state)) is None
+    done = build(
+        started(),
+        declared(version="v"),
+        ended(status=RunStatus.POISON, error=RunError("m", "T", "s")),
+    )
+    assert loads_state(dumps_state(done)) == done
+    assert done.end is not None and finished_end_ms(dumps_state(done)) == done.end.end_ms
+    assert done.home == 4
+
+
+def test_format_time_is_rfc3339_utc_microseconds() -> None:
+    assert format_time(T0) == "2026-01-02T03:04:05.123456Z"
+    assert format_time(T0.replace(microsecond=0)) == "2026-01-02T03:04:05.000000Z"
+
+
+def test_retention_evicts_after_the_window_per_log_partition() -> None:
+    r = Retention(retention_ms=1000)
+    r.note_finished(0, 10_000, "a")
+    r.note_finished(0, 10_500, "b")
+    r.note_finished(1, 10_000, "c")
+    assert r.advance(0, 10_900) == []
+    assert r.advance(0, 11_001) == ["a"]
+    assert r.advance(1, 10_999) == []  # partition 1 has its own clock
+    assert r.advance(0, 5_000) == []  # clocks never go back
+    assert r.advance(0, 11_600) == ["b"]
+    assert r.retained == 1
+    r.clear()
+    assert r.retained == 0
+
+
+def test_retention_bounds_work_per_record() -> None:
+    r = Retention(retention_ms=0, max_evictions_per_record=2)
+    for i in range(5):
+        r.note_finished(0, i, f"r{i}")
+    assert r.advance(0, 100) == ["r0", "r1"]
+    assert r.advance(0, 100) == ["r2", "r3"]
+
+
+def test_state_after_end_keeps_datasets() -> None:
+    s = build(started(), declared(name="x"), declared(name="y", offset=2), ended(at=T0 + timedelta(hours=2)))
+    assert [d.name for d in s.inputs] == ["x", "y"]
+    assert s.end is not None and s.end.status == "completed"
