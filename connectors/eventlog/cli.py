@@ -78,8 +78,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         heads_before = store.heads()
         if any(head >= 0 for head in heads_before.values()):
-            logger.info(
-                "appending to a log that already holds %d records", sum(h + 1 for h in heads_before.values())
+            logger.warning(
+                "appending to a log that already holds %d records: a seed used before repeats its run ids",
+                sum(h + 1 for h in heads_before.values()),
             )
         summary = simulate(
             store, settings.runs, settings.seed, base_time=settings.base_time, batch_size=settings.batch_size
