@@ -132,7 +132,11 @@ class EventLogWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Append everything buffered so far (one transaction)."""
+        """Append everything buffered so far (one transaction).
+
+        If the store raises, the transaction rolled back and the buffered records are dropped:
+        nothing of them was written, and the caller decides whether to write them again.
+        """
         if self._pending:
             pending, self._pending = self._pending, []
             self.store.append_many(pending)
