@@ -218,7 +218,8 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
                 producer.init_transactions(max(settings.connect_timeout, 30.0))  # fences the previous one
             except KafkaException as e:
                 raise InfrastructureError(f"cannot start the transactional producer: {e}") from e
-        wanted = [p for p, head in store.heads().items() if head >= 0]
+        heads = store.heads()
+        wanted = [p for p, head in heads.items() if head >= 0]
         start = read_resume_positions(
             settings.bootstrap,
             [settings.topic, settings.errors_topic],
@@ -226,6 +227,16 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
             read_committed=settings.exactly_once,
             timeout=max(settings.connect_timeout, 30.0),
         )
+        for partition, offset in start.items():
+            if offset > heads.get(partition, -1):
+                log.warning(
+                    "Kafka already holds log partition %d up to offset %d, beyond the log's head %d: "
+                    "is this the log that was published to %s?",
+                    partition,
+                    offset,
+                    heads.get(partition, -1),
+                    settings.topic,
+                )
         log.info("resuming after %s", {p: start.get(p, -1) for p in store.partitions()})
         loop = _SourceLoop(settings, store, producer, start, stop)
         errors.target = loop.publisher.on_kafka_error
@@ -285,12 +296,16 @@ class _SourceLoop:
         s = self._s
         last_activity = time.monotonic()
         next_metrics = 0.0
+        busy_since: float | None = None  # first rows read
+        caught_up_at: float | None = None  # everything read so far acknowledged
         set_health(True, "publishing")
         while not self._stop.is_set():
             rows = self._tailer.read_batch()
             now = time.monotonic()
             if rows:
                 last_activity = now
+                busy_since = now if busy_since is None else busy_since
+                caught_up_at = None
                 if s.exactly_once and not self._in_txn:
                     self._producer.begin_transaction()
                     self._in_txn, self._txn_started = True, now
@@ -302,6 +317,8 @@ class _SourceLoop:
                 if self._in_txn:
                     self._commit()
                 self.publisher.poll(0)
+                if caught_up_at is None and self.publisher.in_flight == 0:
+                    caught_up_at = time.monotonic()
                 idle = (
                     not self._tailer.holding_gap
                     and self.publisher.in_flight == 0
@@ -316,6 +333,10 @@ class _SourceLoop:
                 self._update_metrics()
         self._finish()
         self._update_metrics()
+        if busy_since is not None:
+            busy = (caught_up_at or time.monotonic()) - busy_since
+            count = self.publisher.published + self.publisher.errors
+            log.info("published %d rows in %.2f s (%.0f rows/s)", count, busy, count / max(busy, 1e-6))
         log.info(
             "stopped: %d records published, %d sent to %s",
             self.publisher.published,
