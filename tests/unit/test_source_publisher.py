@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from connectors.eventlog import codec
-from connectors.eventlog.publisher import RowChecker
 from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunError, RunStarted, RunStatus
 from connectors.eventlog.resume import expected_kafka_partition, merge_positions, message_key, position_of
+from connectors.eventlog.rowcheck import RowChecker
 from connectors.eventlog.source_cli import build_parser_for_tests, settings_from_args
 from connectors.eventlog.store import StoredRow
 from olstream.errors import ConfigError
