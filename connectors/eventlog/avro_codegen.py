@@ -2,8 +2,8 @@
 
 The closure trees of `avro_compiled` cost a Python call per field; here each record schema
 becomes a single function with the varint loops inlined, which roughly halves the cost again.
-Same feature set and same bytes as `avro_compiled` (and fastavro). On any error the caller
-falls back to the closure encoder, whose messages name the offending field.
+Same feature set as `avro_compiled` and the same bytes as fastavro. On any encoding error the
+codec re-runs the checking encoder of `avro_compiled`, whose message names the field.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, D
         if head != [("partition", "int"), ("offset", "long")]:
             raise ValueError(f"{ws.source} must start with partition: int, offset: long")
         generated = generate(raw, _RECORD_CLASSES, _ENUM_CLASSES, tail_skip=2)
-        checked = SchemaCompiler(_RECORD_CLASSES, _ENUM_CLASSES).encoder(raw)
+        checked = SchemaCompiler().encoder(raw)
         header = MAGIC + ws.fingerprint
         encoders[RECORD_TYPES[name]] = _RecordCodec(header, generated.encode, generated.encode_tail, checked)
         decoders[ws.fingerprint] = (name, generated.decode)

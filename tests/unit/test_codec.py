@@ -12,7 +12,7 @@ import fastavro
 import pytest
 
 from connectors.eventlog import codec
-from connectors.eventlog.avro_compiled import write_long
+from connectors.eventlog.avro_compiled import SchemaCompiler, write_long
 from connectors.eventlog.records import (
     DatasetDeclared,
     Direction,
@@ -153,6 +153,23 @@ def test_encode_names_a_bad_field() -> None:
     naive = RunEnded(0, 0, datetime(2024, 1, 1), "r", RunStatus.FAILED, T0)
     with pytest.raises(ValueError, match="append_time"):
         codec.encode(naive)
+    nested = dataclasses.replace(RECORDS[0], parent=RunRef("p", start_time=datetime(2024, 1, 1)))  # type: ignore[type-var]
+    with pytest.raises(ValueError, match=r"cannot encode RunStarted: field 'parent\.start_time'"):
+        codec.encode(nested)
+    with pytest.raises(ValueError, match=r"field 'parent\.start_time'"):
+        codec.offset_encoder(nested)
+    with pytest.raises(ValueError, match="partition"):
+        codec.offset_encoder(dataclasses.replace(RECORDS[2], partition=2**31))  # type: ignore[type-var]
+    with pytest.raises(ValueError, match="field 'status'"):
+        codec.encode(dataclasses.replace(RECORDS[4], status="done"))  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_the_checking_encoder_writes_the_same_bytes(record: Record) -> None:
+    raw = json.loads((codec.schema_dir() / f"{type(record).__name__}.avsc").read_text(encoding="utf-8"))
+    buf = bytearray()
+    SchemaCompiler().encoder(raw)(buf, record)
+    assert bytes(buf) == codec.encode(record)[codec.HEADER_LEN :]
 
 
 def test_a_record_written_by_the_older_schema_decodes_under_the_current_one() -> None:
