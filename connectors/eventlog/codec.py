@@ -294,6 +294,7 @@ def encode_with(schema: WriterSchema, data: dict[str, Any]) -> bytes:
 
 def peek_record_name(data: bytes, partition: int | None = None, offset: int | None = None) -> str:
     """The record type named by the header's fingerprint, without decoding the body."""
+    data = bytes(data[:HEADER_LEN])
     if len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise DecodeError("not Avro single-object encoding (bad magic or too short)", partition, offset)
     ws = known_writer_schemas().get(data[2:HEADER_LEN])
@@ -307,6 +308,8 @@ _DECODE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, Unicode
 
 def decode(data: bytes, partition: int | None = None, offset: int | None = None) -> Record:
     """Decode single-object-encoded bytes; raise DecodeError naming the position on any problem."""
+    if type(data) is not bytes:
+        data = bytes(data)  # bytearray / memoryview: slices must be hashable
     fast = _compiled()[1].get(data[2:HEADER_LEN]) if data[:2] == MAGIC else None
     if fast is not None:
         name, read = fast

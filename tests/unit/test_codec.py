@@ -123,6 +123,8 @@ def test_every_record_type_round_trips(record: Record) -> None:
     assert data[2:10] == codec.fingerprint_of(type(record).__name__)
     assert codec.peek_record_name(data) == type(record).__name__
     assert codec.decode(data, 0, 0) == record
+    assert codec.decode(bytearray(data)) == codec.decode(memoryview(data)) == record
+    assert codec.peek_record_name(memoryview(data)) == type(record).__name__
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
