@@ -42,6 +42,7 @@ LAG = Gauge("olstream_sink_lag", "Events on the topic not yet committed by the s
 
 TP = tuple[str, int]
 CONSUME_BATCH = 500
+COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
 def consumer_config(settings: SinkSettings, instance_id: str | None = None) -> dict[str, Any]:
@@ -81,6 +82,8 @@ class Sink:
         self.buffered = 0
         self.in_flight = 0
         self.paused: set[TP] = set()
+        self.fresh: set[TP] = set()  # newly assigned: resumed explicitly once, whatever came before
+        self.finished_since_commit = 0
         self.assigned_once = False
         self.stopping = asyncio.Event()
         self._epoch = 0
@@ -95,6 +98,7 @@ class Sink:
             self.trackers[tp] = ContiguousCommitTracker()
             self.positions.pop(tp, None)
             self.paused.discard(tp)
+            self.fresh.add(tp)
         self.assigned_once = True
         log.info("assigned %s", sorted(f"{t}[{p}]" for t, p in ((q.topic, q.partition) for q in partitions)))
 
@@ -117,6 +121,7 @@ class Sink:
             self.epochs.pop(tp, None)
             self.positions.pop(tp, None)
             self.paused.discard(tp)
+            self.fresh.discard(tp)
         self.queues.drop_partitions(partitions)
 
     def _stale(self, event: PendingEvent) -> bool:
@@ -153,6 +158,9 @@ class Sink:
         want_pause = self.backoff.active or self.buffered >= high
         want_resume = not self.backoff.active and self.buffered <= high // 2
         owned = set(self.epochs)
+        if self.fresh and not want_pause:
+            self.consumer.resume([TopicPartition(t, p) for t, p in self.fresh if (t, p) in owned])
+        self.fresh.clear()
         if want_pause and owned - self.paused:
             todo = owned - self.paused
             self.consumer.pause([TopicPartition(t, p) for t, p in todo])
@@ -233,6 +241,7 @@ class Sink:
             return
         tracker.finish(event.offset)
         self.buffered -= 1
+        self.finished_since_commit += 1
         successor = self.queues.finish(event)
         if successor is not None:
             self.ready.put_nowait(successor)
@@ -285,6 +294,7 @@ class Sink:
             except KafkaException as e:
                 log.warning("offset commit failed (will retry): %s", e)
                 return False
+        self.finished_since_commit = 0
         for tp_offset in offsets:
             owned = self.trackers.get((tp_offset.topic, tp_offset.partition))
             if owned is not None:
@@ -343,7 +353,10 @@ class Sink:
             if self.dlq is not None:
                 self.dlq.poll(0)
             now = time.monotonic()
-            if now - last_commit >= self.settings.commit_interval:
+            if (
+                now - last_commit >= self.settings.commit_interval
+                or self.finished_since_commit >= COMMIT_EVERY
+            ):
                 self.commit_finished()
                 self._update_lag()
                 last_commit = now

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import ssl
 import sys
 import threading
 import time
@@ -44,6 +45,7 @@ class Reply:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     action: str = "respond"  # respond | hang | drop
+    delay: float = 0.0  # seconds before answering (a slow receiver)
 
     @staticmethod
     def hang() -> Reply:
@@ -130,16 +132,29 @@ class _HttpProtocol(asyncio.Protocol):
         lines = [f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, 'Status')}"]
         lines.append(f"Content-Length: {len(reply.body)}")
         lines += [f"{k}: {v}" for k, v in reply.headers]
-        self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body)
-        if headers.get("connection", "").lower() == "close":
+        response = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body
+        closing = headers.get("connection", "").lower() == "close"
+        if reply.delay > 0:
+            asyncio.get_running_loop().call_later(reply.delay, self._write, response, closing)
+        else:
+            self._write(response, closing)
+
+    def _write(self, response: bytes, closing: bool) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(response)
+        if closing:
             self.transport.close()
 
 
 class Receiver:
     """The scriptable receiver. Use as a context manager; `url` is its base URL."""
 
-    def __init__(self, port: int = 0, validate: bool = True, record: bool = True) -> None:
+    def __init__(
+        self, port: int = 0, validate: bool = True, record: bool = True, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.port = port
+        self.tls = tls
         self.validate = validate
         self._state = _State(record=record)
         self._lock = threading.Lock()
@@ -154,7 +169,7 @@ class Receiver:
     def start(self) -> Receiver:
         async def open_server() -> asyncio.Server:
             return await self._loop.create_server(
-                lambda: _HttpProtocol(self), "127.0.0.1", self.port, reuse_address=True
+                lambda: _HttpProtocol(self), "127.0.0.1", self.port, reuse_address=True, ssl=self.tls
             )
 
         self._server = asyncio.run_coroutine_threadsafe(open_server(), self._loop).result(10)
@@ -188,7 +203,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     # -- scripting -------------------------------------------------------------------------
     def respond_with(self, responder: Responder) -> None:
