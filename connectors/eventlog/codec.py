@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,7 @@ class _RecordCodec:
     encode: Encoder  # generated, fast
     encode_tail: Encoder  # generated: the fields after partition and offset
     encode_checked: Encoder  # closures naming the offending field on error
+    prefixes: dict[int, bytes] = field(default_factory=dict)  # partition -> header + partition
 
 
 @cache
@@ -368,20 +369,12 @@ def _zigzag_varint(n: int) -> bytes:
 _SMALL_VARINTS = tuple(bytes([n << 1]) for n in range(64))
 
 
-_PREFIXES: dict[tuple[type[Any], int], bytes] = {}
-
-
-def _prefix(rc: _RecordCodec, record: Record) -> bytes:
-    """Magic, fingerprint and the partition's varint, cached per record type and partition."""
-    key = (type(record), record.partition)
-    prefix = _PREFIXES.get(key)
-    if prefix is None:
-        if not -(2**31) <= record.partition < 2**31:
-            raise ValueError(
-                f"cannot encode {key[0].__name__}: partition {record.partition} is not an Avro int"
-            )
-        prefix = _PREFIXES.setdefault(key, rc.header + _zigzag_varint(record.partition))
-    return prefix
+def _new_prefix(rc: _RecordCodec, record: Record) -> bytes:
+    """Magic, fingerprint and the partition's varint (then cached per record type and partition)."""
+    partition = record.partition
+    if type(partition) is not int or not -(2**31) <= partition < 2**31:
+        raise ValueError(f"cannot encode {type(record).__name__}: partition {partition!r} is not an Avro int")
+    return rc.prefixes.setdefault(partition, rc.header + _zigzag_varint(partition))
 
 
 def _splice(prefix: bytes, rest: bytes, offset: int) -> bytes:
@@ -397,7 +390,7 @@ def offset_encoder(record: Record) -> Callable[[int], bytes]:
     append transaction).
     """
     rc = _codec_for(record)
-    prefix = _prefix(rc, record)
+    prefix = rc.prefixes.get(record.partition) or _new_prefix(rc, record)
     tail = bytearray()
     try:
         rc.encode_tail(tail, record)

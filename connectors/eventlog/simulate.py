@@ -297,7 +297,9 @@ class _Simulation:
 
     def declare(self, run: RunHandle, key: str, *, output: bool) -> None:
         ns, name = cat.DATASETS[key]
-        self.count_declaration(key)
+        tally = self.tally
+        tally.declarations += 1
+        tally.non_ascii += key in NON_ASCII_DATASETS
         when = self.tick(1, 2000)
         if output:
             run.dataset_output(key, ns, name, self.version(True), time=when)

@@ -280,12 +280,15 @@ class RunHandle:
             _require_text("name", name)
         if version is not None and (type(version) is not str or not version.strip()):
             _require_text("version", version)
-        append_time = self._writer.now()
+        writer = self._writer
+        append_time = writer._clock()
+        if type(append_time) is not datetime or append_time.tzinfo is None:
+            _require_time("clock()", append_time)
         if time is None:
             time = append_time
         elif type(time) is not datetime or time.tzinfo is None:
             _require_time("time", time)
-        self._writer._append(
+        writer._append(
             DatasetDeclared(
                 self.partition,
                 0,
