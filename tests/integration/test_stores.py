@@ -216,3 +216,41 @@ def test_postgres_readers_poll_when_listen_is_unavailable(postgres_url: str) -> 
     finally:
         reader.close()
         store.close()
+
+
+_SLOW_WRITER_SCRIPT = """
+import sys, time
+from connectors.eventlog.store import open_store
+store = open_store(sys.argv[1])
+
+def slow(offset):
+    print("locked", flush=True)
+    time.sleep(1.5)  # holds the write transaction open
+    return b"slow"
+
+store.append(0, slow)
+store.close()
+"""
+
+
+def test_a_long_write_transaction_blocks_writers_but_not_readers(store: EventLogStore, log_url: str) -> None:
+    store.append(0, lambda off: b"before")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_WRITER_SCRIPT, log_url],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        assert store.read(0, -1, 10) == [StoredRow(0, 0, b"before")]  # readers are not blocked
+        assert store.heads()[0] == 0
+        assert time.monotonic() - started < 1.0
+        assert store.append(0, lambda off: b"after") == 2  # waits for the lock, then goes after it
+        assert time.monotonic() - started > 0.5
+    finally:
+        assert proc.wait(timeout=30) == 0
+    assert [r.payload for r in store.read(0, -1, 10)] == [b"before", b"slow", b"after"]
