@@ -272,7 +272,7 @@ class RunHandle:
         if self.status is not None:
             self._check_open("dataset_input" if direction is Direction.INPUT else "dataset_output")
         # Inline checks (this is the hot path of bulk writers); the helpers give the messages.
-        if type(key) is not str:
+        if type(key) is not str or not key.strip():
             _require_text("key", key)
         if type(namespace) is not str or not namespace.strip():
             _require_text("namespace", namespace)

@@ -202,6 +202,10 @@ def test_dataset_and_end_validation(writer: EventLogWriter, store: MemoryEventLo
     )
     with pytest.raises(ValueError, match="namespace"):
         run.dataset_input("k", "", "name")
+    with pytest.raises(ValueError, match="key must be a non-empty string"):
+        run.dataset_input("", "s3://b", "name")
+    with pytest.raises(ValueError, match="version"):
+        run.dataset_output("k", "s3://b", "name", version="")
     with pytest.raises(ValueError, match="name"):
         run.dataset_output("k", "s3://b", "")
     with pytest.raises(ValueError, match="namespace"):
