@@ -307,11 +307,11 @@ class _Simulation:
             run.dataset_input(key, ns, name, self.version(False), time=when)
 
     def error_for(self, status: RunStatus, wf: cat.WorkflowType, keys: list[str]) -> RunError | None:
-        spec = cat.ERRORS.get(status)
-        if spec is None or (status is RunStatus.CANCELLED and self.random() < 0.3):
+        choices = cat.ERRORS.get(status)
+        if choices is None or (status is RunStatus.CANCELLED and self.random() < 0.3):
             return None
-        error_type, templates = spec
-        message = self.pick(templates).format(
+        error_type, template = self.pick(choices)
+        message = template.format(
             dataset=cat.DATASETS[self.pick(keys)][1],
             n=self.between(2, 99),
             operator=self.pick(cat.OPERATORS),

@@ -151,32 +151,28 @@ STATUS_WEIGHTS: dict[RunStatus | None, int] = {
     None: 3,  # left open
 }
 
-# status -> (error type, message templates); {dataset} and {n} are filled in.
-ERRORS: dict[RunStatus, tuple[str, tuple[str, ...]]] = {
+# status -> (error type, message template) choices; {dataset}, {n} and {operator} are filled in.
+ERRORS: dict[RunStatus, tuple[tuple[str, str], ...]] = {
     RunStatus.FAILED: (
-        "psycopg.errors.UndefinedTable",
-        ('relation "{dataset}" does not exist', "division by zero in step {n}", "Schlüssel {n} fehlt"),
+        ("psycopg.errors.UndefinedTable", 'relation "{dataset}" does not exist'),
+        ("ZeroDivisionError", "division by zero in step {n}"),
+        ("KeyError", "Schlüssel {n} fehlt in {dataset}"),
     ),
     RunStatus.RETRIES_EXHAUSTED: (
-        "olstream.engine.RetriesExhausted",
-        (
-            "gave up after {n} attempts: connection reset by peer",
-            "timeout after {n} retries reading {dataset}",
-        ),
+        ("olstream.engine.RetriesExhausted", "gave up after {n} attempts: connection reset by peer"),
+        ("olstream.engine.RetriesExhausted", "timeout after {n} retries reading {dataset}"),
     ),
     RunStatus.POISON: (
-        "olstream.engine.PoisonMessage",
-        ("message {n} of {dataset} failed deserialization 3 times",),
+        ("olstream.engine.PoisonMessage", "message {n} of {dataset} failed deserialization 3 times"),
     ),
     RunStatus.SKIPPED_TO_DLQ: (
-        "olstream.engine.SkippedToDLQ",
-        ("sent to dead-letter queue after schema mismatch on {dataset}",),
+        ("olstream.engine.SkippedToDLQ", "sent to dead-letter queue after schema mismatch on {dataset}"),
     ),
     RunStatus.QUARANTINED: (
-        "olstream.engine.QualityGateFailed",
-        ("output {dataset} quarantined: {n}% nulls in customer_id", "données invalides dans {dataset}"),
+        ("olstream.engine.QualityGateFailed", "output {dataset} quarantined: {n}% nulls in customer_id"),
+        ("olstream.engine.QualityGateFailed", "données invalides dans {dataset}"),
     ),
-    RunStatus.CANCELLED: ("olstream.engine.Cancelled", ("cancelled by operator {operator}",)),
+    RunStatus.CANCELLED: (("olstream.engine.Cancelled", "cancelled by operator {operator}"),),
 }
 
 STACK_TRACE = (
