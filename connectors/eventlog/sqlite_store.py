@@ -44,6 +44,8 @@ def path_from_url(url: str) -> Path:
         if not rest.startswith("/"):
             raise ValueError(f"SQLite URL {url!r} needs a path: sqlite:///abs/path.db or sqlite:rel/path.db")
     rest = rest.split("?", 1)[0]
+    if rest.startswith("/"):
+        rest = "/" + rest.lstrip("/")  # sqlite:////abs/path (SQLAlchemy style) too
     if not rest or rest == "/":
         raise ValueError(f"SQLite URL {url!r} names no file")
     return Path(rest)
