@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
 DEFAULT_TOPIC = "olstream.eventlog"
+STORE_ERRORS = (sqlite3.Error, psycopg.Error, OSError)  # what a store raises when its database fails
 EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
 
 
@@ -201,7 +204,7 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
     """Publish the log until idle (with --until-idle) or until `stop` is set; returns the exit code."""
     try:
         store = open_store(settings.log_url)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, *STORE_ERRORS) as e:
         raise ConfigError(f"cannot open the event log: {e}") from e
     try:
         check_broker(settings)
@@ -298,9 +301,15 @@ class _SourceLoop:
         next_metrics = 0.0
         busy_since: float | None = None  # first rows read
         caught_up_at: float | None = None  # everything read so far acknowledged
+        failed = False
         set_health(True, "publishing")
         while not self._stop.is_set():
-            rows = self._tailer.read_batch()
+            try:
+                rows = self._tailer.read_batch()
+            except STORE_ERRORS as e:
+                log.error("reading the event log failed (%s: %s): flushing and stopping", type(e).__name__, e)
+                failed = True
+                break
             now = time.monotonic()
             if rows:
                 last_activity = now
@@ -327,7 +336,12 @@ class _SourceLoop:
                 if s.until_idle and idle:
                     log.info("caught up and idle for %.1f s: done", s.idle_seconds)
                     break
-                self._tailer.wait()
+                try:
+                    self._tailer.wait()
+                except STORE_ERRORS as e:
+                    log.error("waiting on the event log failed (%s: %s): stopping", type(e).__name__, e)
+                    failed = True
+                    break
             if now >= next_metrics:
                 next_metrics = now + 1.0
                 self._update_metrics()
@@ -343,7 +357,7 @@ class _SourceLoop:
             self.publisher.errors,
             s.errors_topic,
         )
-        return EXIT_OK
+        return EXIT_FAILED if failed else EXIT_OK
 
     def _finish(self) -> None:
         if self._in_txn:
@@ -385,7 +399,12 @@ class _SourceLoop:
         RECORDS_PUBLISHED.inc(self.publisher.published - self._counted)
         self._counted = self.publisher.published
         acked = self.publisher.acked
-        for partition, head in self._store.heads().items():
+        try:
+            heads = self._store.heads()
+        except STORE_ERRORS as e:
+            log.warning("cannot read the log's heads for the lag metric: %s", e)
+            return
+        for partition, head in heads.items():
             done = acked.get(partition, -1)
             PUBLISHED_OFFSET.labels(partition=str(partition)).set(done)
             PARTITION_LAG.labels(partition=str(partition)).set(max(0, head - done))
