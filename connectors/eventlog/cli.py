@@ -12,7 +12,7 @@ from typing import Any
 
 from connectors.eventlog.simulate import BASE_TIME, simulate
 from connectors.eventlog.store import open_store
-from olstream.errors import ConfigError
+from olstream.errors import ConfigError, OlstreamError
 from olstream.logs import redact, setup_logging
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     setup_logging(settings.log_format, settings.log_level)
     try:
         store = open_store(settings.log_url, partitions=settings.partitions, create=True)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, OlstreamError) as e:
         print(
             f"olstream log simulate: cannot open {redact(settings.log_url)}: {redact(str(e))}",
             file=sys.stderr,

@@ -22,7 +22,8 @@ from typing import Any
 import psycopg
 
 from connectors.eventlog.store import StoredRow
-from olstream.logs import register_secret
+from olstream.errors import InfrastructureError
+from olstream.logs import redact, register_secret
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ class PostgresEventLogStore:
         if partitions is not None and partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         _register_password(url)
-        conn = psycopg.connect(url, autocommit=True)
+        try:
+            conn = psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as e:
+            raise InfrastructureError(f"cannot connect to the event-log database: {redact(str(e))}") from e
         try:
             count = cls._ensure_schema(conn, partitions, create)
         except BaseException:

@@ -254,3 +254,11 @@ def test_a_long_write_transaction_blocks_writers_but_not_readers(store: EventLog
     finally:
         assert proc.wait(timeout=30) == 0
     assert [r.payload for r in store.read(0, -1, 10)] == [b"before", b"slow", b"after"]
+
+
+def test_an_unreachable_database_is_an_infrastructure_error() -> None:
+    from olstream.errors import InfrastructureError
+
+    with pytest.raises(InfrastructureError, match="cannot connect to the event-log database") as info:
+        open_store("postgresql://olstream:sekret@127.0.0.1:1/nope?connect_timeout=2")
+    assert "sekret" not in str(info.value)
