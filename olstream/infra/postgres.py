@@ -78,9 +78,16 @@ class PostgresStatus:
 
 
 def default_data_dir() -> Path:
-    """`$OLSTREAM_PG_DATA_DIR`, else `$XDG_STATE_HOME/olstream/postgres` (~/.local/state/...)."""
+    """`$OLSTREAM_PG_DATA_DIR`, else `$XDG_STATE_HOME/olstream/postgres` (~/.local/state/...).
+
+    As root the home directory is usually closed to the `postgres` account: /var/lib/olstream/postgres.
+    """
     env = os.environ.get("OLSTREAM_PG_DATA_DIR")
-    return Path(env) if env else state_home() / "olstream" / "postgres"
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/olstream/postgres")
+    return state_home() / "olstream" / "postgres"
 
 
 def find_bin_dir() -> Path:
