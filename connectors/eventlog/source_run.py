@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
+
+def _not_the_gapless_warning(record: logging.LogRecord) -> bool:
+    """librdkafka warns that enable.gapless.guarantee is experimental at every start: we chose it."""
+    return not ("CONFWARN" in record.getMessage() and "gapless" in record.getMessage())
+
+
+_LIBRDKAFKA_LOG.addFilter(_not_the_gapless_warning)
+
 STORE_ERRORS = (sqlite3.Error, psycopg.Error, OSError)  # what a store raises when its database fails
 EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
 
