@@ -1,9 +1,9 @@
 """The thin faust agent: decode, apply the pure step, store state, send events, evict.
 
-Batches come from ``stream.take_events``: faust acks a batch's events only after
-this code returns, and this code returns only after every output send of the
-batch was acknowledged by the broker (``Sender.flush``), so a committed offset
-never runs ahead of an unacknowledged event. A failed send ends the process at
+Events are processed as they arrive and acked manually, per batch (``batch_size``
+records, or ``batch_within`` seconds): a batch's events are acked only after every
+output send of the batch was acknowledged by the broker (``Sender.flush``), so a
+committed offset never runs ahead of an unacknowledged event. A failed send ends the process at
 once: nothing of the batch is committed, and the records are processed again,
 re-emitting identical bytes. State writes of a batch are coalesced per run and
 written to the table (RocksDB + changelog) after the batch's sends were acked.
@@ -11,6 +11,7 @@ written to the table (RocksDB + changelog) after the batch's sends were acked.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -69,6 +70,7 @@ class StreamWorker:
         self.settings = sa.settings
         self.cfg = sa.settings.mapping
         self.table = sa.table
+        self.store: Any = sa.table.data
         self.sender = sender
         self.retention = Retention(sa.settings.retention_ms)
         self.rescan_needed = True
@@ -77,6 +79,12 @@ class StreamWorker:
         self.stopping = False
         # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
+        self.batch: list[Any] = []
+        self.batch_started = 0.0
+        self.lock = asyncio.Lock()
+        self.stream: Any = None
+        self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
+        self.flush_seconds = 0.0  # time spent waiting for acks and writing state
 
     # ------------------------------------------------------------------ state access
 
@@ -84,7 +92,9 @@ class StreamWorker:
         hit = self.overlay.get(engine_run_id)
         if hit is not None:
             return hit[0]
-        raw = self.table.get(engine_run_id.encode("utf-8"))
+        # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
+        # current event's partition (Table.get would check membership first, a second read)
+        raw = self.store._get(engine_run_id.encode("utf-8"))
         return None if raw is None else loads_state(raw)
 
     def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
@@ -95,7 +105,7 @@ class StreamWorker:
             _set_current_event(event)
             key = rid.encode("utf-8")
             if state is None:
-                if self.table.get(key) is not None:
+                if self.store._get(key) is not None:
                     del self.table[key]
             else:
                 self.table[key] = dumps_state(state)
@@ -124,15 +134,25 @@ class StreamWorker:
 
     # ------------------------------------------------------------------ processing
 
-    async def handle_batch(self, events: list[Any]) -> None:
-        started = time.perf_counter()
+    def add(self, event: Any) -> None:
+        """Process one event now (state into the overlay, events into the producer); ack it later."""
         if self.rescan_needed:
             self.rescan()
-        token = _CURRENT_EVENT.set(None)
-        try:
-            for event in events:
-                _set_current_event(event)
-                self.handle_event(event)
+        if not self.batch:
+            self.batch_started = time.monotonic()
+        _set_current_event(event)
+        t = time.perf_counter()
+        self.handle_event(event)
+        self.busy_seconds += time.perf_counter() - t
+        self.batch.append(event)
+
+    async def flush_batch(self, stream: Any) -> None:
+        """Wait for the batch's sends, then store its state, then ack its events (in that order)."""
+        async with self.lock:
+            if not self.batch:
+                return
+            started = time.perf_counter()
+            events, self.batch = self.batch, []
             # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
             # implies its START and terminal event were acknowledged, so a replayed RunStarted of
             # an ended run may skip its START and a run's last event is always its terminal one
@@ -141,17 +161,22 @@ class StreamWorker:
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
-            self.write_overlay()
-        finally:
-            self.overlay.clear()
-            _CURRENT_EVENT.reset(token)
-        for event in events:
-            msg = event.message
-            self.processed[msg.partition] = max(self.processed.get(msg.partition, 0), msg.offset + 1)
-        m.RETAINED.set(self.retention.retained)
-        elapsed = time.perf_counter() - started
-        m.BATCH_SECONDS.set(elapsed)
-        log.debug("batch of %d records in %.3f s", len(events), elapsed)
+            token = _CURRENT_EVENT.set(None)
+            try:
+                self.write_overlay()
+            finally:
+                self.overlay.clear()
+                _CURRENT_EVENT.reset(token)
+            for event in events:
+                await stream.ack(event)
+                msg = event.message
+                if msg.offset >= self.processed.get(msg.partition, 0):
+                    self.processed[msg.partition] = msg.offset + 1
+            m.RETAINED.set(self.retention.retained)
+            elapsed = time.perf_counter() - started
+            self.flush_seconds += elapsed
+            m.BATCH_SECONDS.set(elapsed)
+            log.debug("batch of %d records flushed in %.3f s", len(events), elapsed)
 
     def handle_event(self, event: Any) -> None:
         msg = event.message
@@ -164,7 +189,7 @@ class StreamWorker:
         except DecodeError as e:
             self.reject(event, "undecodable", str(e))
             return
-        m.RECORDS.labels(type(record).__name__).inc()
+        m.record_counter(type(record).__name__).inc()
         self.evict(record.partition, epoch_millis(record.append_time), event)
         try:
             step = apply(record, self.cfg, self.lookup, msg.partition)
@@ -181,7 +206,7 @@ class StreamWorker:
             self.note_parent_not_visible(record)
         for out in step.outputs:
             self.sender.send(self.settings.output_topic, out.key, out.value)
-            m.EVENTS.labels(out.event_type).inc()
+            m.event_counter(out.event_type).inc()
 
     def note_parent_not_visible(self, record: Record) -> None:
         m.PARENT_NOT_VISIBLE.inc()
@@ -238,7 +263,12 @@ class StreamWorker:
             if high > low and (committed is None or committed < high):
                 return
         self.stopping = True
-        log.info("input consumed to its end, every send acknowledged and offsets committed: stopping")
+        log.info(
+            "input consumed to its end, every send acknowledged and offsets committed: stopping "
+            "(%.1f s processing records, %.1f s flushing batches)",
+            self.busy_seconds,
+            self.flush_seconds,
+        )
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -249,8 +279,26 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
-        async for events in stream.take_events(sa.settings.batch_size, within=sa.settings.batch_within):
-            await worker.handle_batch(list(events))
+        # acks are manual: an event is acked only after its batch's sends were acknowledged
+        stream.enable_acks = False
+        worker.stream = stream
+        async for event in stream.events():
+            async with worker.lock:
+                token = _CURRENT_EVENT.set(None)
+                try:
+                    worker.add(event)
+                finally:
+                    _CURRENT_EVENT.reset(token)
+            if len(worker.batch) >= sa.settings.batch_size:
+                await worker.flush_batch(stream)
+
+    async def flush_quiet_batch() -> None:
+        # a batch younger than batch_within waits for more records; an older one is flushed
+        quiet = time.monotonic() - worker.batch_started >= sa.settings.batch_within
+        if worker.stream is not None and worker.batch and quiet:
+            await worker.flush_batch(worker.stream)
+
+    app.timer(sa.settings.batch_within / 2)(flush_quiet_batch)
 
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import faust
@@ -36,6 +37,16 @@ RETAINED = Gauge(
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+
+
+@cache
+def record_counter(record_type: str) -> Any:
+    return RECORDS.labels(record_type)
+
+
+@cache
+def event_counter(event_type: str) -> Any:
+    return EVENTS.labels(event_type)
 
 
 @dataclass(frozen=True)

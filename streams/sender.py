@@ -32,10 +32,11 @@ class Sender:
             "queue.buffering.max.messages": 500_000,
             "partitioner": "murmur2_random",
             "compression.type": "lz4",
+            "on_delivery": self._delivered,
         }
         config.update(extra or {})
-        self._producer = Producer(config)
         self._failure: KafkaError | None = None
+        self._producer = Producer(config)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None and self._failure is None:
@@ -44,7 +45,7 @@ class Sender:
     def send(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                self._producer.produce(topic, value, key, headers=headers)
                 return
             except BufferError:
                 self._producer.poll(0.05)

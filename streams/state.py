@@ -33,7 +33,12 @@ def format_time(t: datetime) -> str:
     """RFC 3339 in UTC with microseconds and a ``Z`` offset; naive datetimes are taken as UTC."""
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    elif t.tzinfo is not UTC:
+        t = t.astimezone(UTC)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+        f".{t.microsecond:06d}Z"
+    )
 
 
 def job_name(prefix: str, workflow_type: str, workflow_version: str) -> str:
