@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
     tune = p.add_argument_group("delivery")
     tune.add_argument("--concurrency", type=int, help="requests in flight at most (default 16)")
+    tune.add_argument("--batch-size", type=int, help="POST up to N events to {url}/batch (default 0: off)")
     tune.add_argument("--connect-timeout", type=float, help="seconds to connect (default 5)")
     tune.add_argument("--timeout", type=float, help="seconds per request (default 15; yml transport.timeout)")
     tune.add_argument("--max-backoff", type=float, help="longest backoff wait in seconds (default 300)")

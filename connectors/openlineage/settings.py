@@ -41,6 +41,7 @@ class SinkSettings:
     connect_timeout: float = 5.0
     total_timeout: float = 15.0
     concurrency: int = 16
+    batch_size: int = 0  # > 1: POST up to this many events to {url}/batch (the spec's batch endpoint)
     max_buffered: int = 5000
     backoff_initial: float = 0.5
     backoff_max: float = 300.0
@@ -217,6 +218,7 @@ def build_settings(
         total_timeout=_number(timeout, defaults.total_timeout),
         concurrency=int(_number(flags.get("concurrency"), defaults.concurrency)),
         max_buffered=int(_number(flags.get("max_buffered"), defaults.max_buffered)),
+        batch_size=int(_number(flags.get("batch_size"), defaults.batch_size)),
         backoff_max=_number(flags.get("max_backoff"), defaults.backoff_max),
         commit_interval=_number(flags.get("commit_interval"), defaults.commit_interval),
         dlq_topic=str(flags.get("dlq_topic") or defaults.dlq_topic),

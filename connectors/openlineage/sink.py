@@ -27,7 +27,7 @@ from connectors.openlineage.delivery import (
     PendingEvent,
 )
 from connectors.openlineage.settings import SinkSettings
-from connectors.openlineage.transports import SinkTransport
+from connectors.openlineage.transports import HttpTransport, SinkTransport
 from olstream.errors import InfrastructureError
 from olstream.metrics import set_health
 
@@ -74,6 +74,7 @@ class Sink:
         self.consumer = consumer
         self.dlq = dlq
         self.backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self.batch_size = max(1, settings.batch_size) if isinstance(transport, HttpTransport) else 1
         self.trackers: dict[TP, ContiguousCommitTracker] = {}
         self.epochs: dict[TP, int] = {}
         self.positions: dict[TP, int] = {}
@@ -172,24 +173,40 @@ class Sink:
     # -- sending ---------------------------------------------------------------------------
     async def _worker(self) -> None:
         while True:
-            event = await self.ready.get()
-            if self.stopping.is_set():
-                return  # unsent events stay uncommitted and are delivered after a restart
-            while self.backoff.active and not self._stale(event) and not self.stopping.is_set():
+            batch = [await self.ready.get()]
+            while len(batch) < self.batch_size and not self.ready.empty():
+                batch.append(self.ready.get_nowait())  # heads of distinct keys only
+            while self.backoff.active and not self.stopping.is_set():
                 BACKOFF_SECONDS.set(self.backoff.last_delay)
                 await asyncio.sleep(min(self.backoff.remaining(), 1.0))
-            if self._stale(event) or self.stopping.is_set():
+            if self.stopping.is_set():
+                return  # unsent events stay uncommitted and are delivered after a restart
+            batch = [e for e in batch if not self._stale(e)]
+            if not batch:
                 continue
             BACKOFF_SECONDS.set(0)
             generation = self.backoff.generation
-            self.in_flight += 1
-            IN_FLIGHT.inc()
+            self.in_flight += len(batch)
+            IN_FLIGHT.inc(len(batch))
             try:
-                result = await self.transport.send(event)
+                results = await self._send(batch)
             finally:
-                self.in_flight -= 1
-                IN_FLIGHT.dec()
-            self._settle(event, result, generation)
+                self.in_flight -= len(batch)
+                IN_FLIGHT.dec(len(batch))
+            settled = sorted(
+                zip(batch, results, strict=True), key=lambda p: p[1].outcome is not Outcome.DELIVERED
+            )
+            for event, result in settled:  # deliveries first: they reset the backoff, failures then set it
+                self._settle(event, result, generation)
+
+    async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
+        if len(batch) == 1 or not isinstance(self.transport, HttpTransport):
+            return [await self.transport.send(e) for e in batch]
+        results, whole = await self.transport.send_batch(batch)
+        if whole and results[0].outcome is Outcome.REJECTED:
+            # the receiver refused the batch as a whole: find the culprits one by one
+            return [await self.transport.send(e) for e in batch]
+        return results
 
     def _settle(self, event: PendingEvent, result: DeliveryResult, generation: int) -> None:
         if self._stale(event):

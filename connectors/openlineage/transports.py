@@ -75,20 +75,42 @@ class HttpTransport:
         self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
 
     async def send(self, event: PendingEvent) -> DeliveryResult:
+        result, _body = await self._post(self.url, event.value)
+        return result
+
+    async def send_batch(self, events: list[PendingEvent]) -> tuple[list[DeliveryResult], bool]:
+        """POST events to `{url}/batch` as one JSON array (each element the Kafka value byte for byte).
+
+        Returns one result per event and whether the answer concerned the whole batch (a non-2xx)
+        rather than single events (200 with `failed_events`, as in the spec's OpenLineage.yml).
+        """
+        body = b"[" + b",".join(e.value for e in events) + b"]"
+        result, answer = await self._post(self.url.rstrip("/") + "/batch", body)
+        if result.outcome is not Outcome.DELIVERED:
+            return [result] * len(events), True
+        results = [DELIVERED] * len(events)
+        for failure in failed_events(answer):
+            index = failure.get("index")
+            if isinstance(index, int) and 0 <= index < len(events):
+                reason = str(failure.get("reason", ""))[:RESPONSE_EXCERPT_BYTES]
+                outcome = Outcome.RETRY if failure.get("retriable") else Outcome.REJECTED
+                results[index] = DeliveryResult(outcome, 200, f"batch: {reason}")
+        return results, False
+
+    async def _post(self, url: str, body: bytes) -> tuple[DeliveryResult, bytes]:
         assert self._session is not None, "start() first"
         try:
             async with self._session.post(
-                self.url, data=event.value, headers=self.headers, allow_redirects=False
+                url, data=body, headers=self.headers, allow_redirects=False
             ) as response:
                 status = response.status
                 if 200 <= status < 300:
-                    await response.read()
-                    return DELIVERED
+                    return DELIVERED, await response.read()
                 excerpt = (await response.content.read(RESPONSE_EXCERPT_BYTES)).decode("utf-8", "replace")
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            return DeliveryResult(Outcome.RETRY, None, f"{type(e).__name__}: {e}".strip(": "))
-        return DeliveryResult(classify(status), status, excerpt, retry_after)
+            return DeliveryResult(Outcome.RETRY, None, f"{type(e).__name__}: {e}".strip(": ")), b""
+        return DeliveryResult(classify(status), status, excerpt, retry_after), b""
 
     def make_durable(self) -> None:
         return None  # a 2xx is the receiver's promise
@@ -97,6 +119,18 @@ class HttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def failed_events(answer: bytes) -> list[dict[str, object]]:
+    """The `failed_events` of a batch answer (empty for 204, "success", or an unreadable body)."""
+    if not answer.strip():
+        return []
+    try:
+        doc = json.loads(answer)
+    except ValueError:
+        return []
+    failures = doc.get("failed_events") if isinstance(doc, dict) else None
+    return [f for f in failures if isinstance(f, dict)] if isinstance(failures, list) else []
 
 
 def one_line(body: bytes) -> bytes:

@@ -238,8 +238,12 @@ class Receiver:
 
             self._validator = validator()
         try:
-            self._validator.validate(body)
-        except AssertionError as e:
+            if body.lstrip().startswith(b"["):  # the batch endpoint: an array of events
+                for doc in json.loads(body):
+                    self._validator.validate(doc)
+            else:
+                self._validator.validate(body)
+        except (AssertionError, ValueError) as e:
             with self._lock:
                 self._state.invalid.append(str(e)[:500])
 

@@ -11,7 +11,7 @@ from typing import Any
 from connectors.openlineage.delivery import DELIVERED, Outcome, PendingEvent
 from connectors.openlineage.settings import SinkSettings
 from connectors.openlineage.sink import Sink
-from connectors.openlineage.transports import ConsoleTransport, FileTransport, one_line
+from connectors.openlineage.transports import ConsoleTransport, FileTransport, failed_events, one_line
 
 
 class RecordingCommitter:
@@ -108,3 +108,18 @@ def _tp(topic: str, partition: int) -> Any:
     from confluent_kafka import TopicPartition
 
     return TopicPartition(topic, partition)
+
+
+def test_batch_answers_name_their_failed_events() -> None:
+    assert failed_events(b"") == []
+    assert failed_events(b'{"status": "success", "summary": {"received": 2}}') == []
+    assert failed_events(b"<html>not json</html>") == []
+    answer = {
+        "status": "partial_success",
+        "summary": {"received": 3, "successful": 1, "failed": 2},
+        "failed_events": [{"index": 0, "reason": "Timeout", "retriable": True}, "junk", {"index": 2}],
+    }
+    assert failed_events(json.dumps(answer).encode()) == [
+        {"index": 0, "reason": "Timeout", "retriable": True},
+        {"index": 2},
+    ]
