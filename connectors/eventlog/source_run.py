@@ -180,7 +180,7 @@ class _SourceLoop:
                 busy_since = now if busy_since is None else busy_since
                 caught_up_at = None
                 if s.exactly_once and not self._in_txn:
-                    self._producer.begin_transaction()
+                    self._begin()
                     self._in_txn, self._txn_started = True, now
                 if self.publisher.publish(rows) < len(rows):
                     break  # stopped while Kafka applied back-pressure
@@ -228,6 +228,15 @@ class _SourceLoop:
             self._commit()
         else:
             self.publisher.flush()
+
+    def _begin(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as e:
+            raise DeliveryError(
+                f"cannot begin a transaction ({e.args[0]}): did another connector with transactional id "
+                f"{self._s.transactional_id!r} take over?"
+            ) from e
 
     def _commit(self) -> None:
         """Commit the open transaction; on an abortable error abort it and read its rows again."""
