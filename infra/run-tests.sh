@@ -20,6 +20,8 @@ stop_leftovers() {
   rm -rf "$run_dir"
 }
 trap stop_leftovers EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 cd "$repo"
 set +e
