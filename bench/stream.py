@@ -1,0 +1,240 @@
+"""Bench: the stream worker's records/s on a pre-filled input topic, next to the limit.
+
+    .venv/bin/python bench/stream.py [--runs 20000] [--partitions 6] [--bootstrap 127.0.0.1:19092]
+        [--seed 3] [--skip-noop]
+
+A seeded simulated workload (``connectors.eventlog.simulate``) of --runs runs is written to
+a fresh SQLite log and published to a fresh input topic as the source connector does. Then,
+in the same run and over the same topic:
+
+- limit: a raw confluent-kafka loop consumes every record and produces it to another
+  topic (acks=all, flushed, offsets committed);
+- faust no-op: a faust-streaming agent that only acks each record (the framework's own
+  ceiling on this machine);
+- worker: ``olstream worker --until-idle`` (a subprocess). Its rate is measured from its
+  metrics (first record processed -> last), so start-up and shutdown are not timed; the
+  wall time with them is printed too, with its CPU seconds and RSS (sampled every 0.5 s;
+  printed at every 25% of the runs started, and at the end).
+
+Goal (issue 4): >= 5,000 records/s per worker and >= 25% of the limit. The machine may be
+shared: CPU seconds are printed next to wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer  # noqa: E402
+
+from olstream.infra.process import free_port  # noqa: E402
+from olstream.kafka_admin import ensure_topic  # noqa: E402
+from tests.integration.stream_support import produce_rows, simulated_rows  # noqa: E402
+
+NOOP_AGENT = r"""
+import os, signal, sys, time, faust
+topic, total, app_id, bootstrap, data, result = sys.argv[1:7]
+total = int(total)
+app = faust.App(
+    app_id, broker=f"kafka://{bootstrap}", web_enabled=False, consumer_auto_offset_reset="earliest",
+    key_serializer="raw", value_serializer="raw", datadir=data, store="memory://",
+)
+t = app.topic(topic, key_type=bytes, value_type=bytes)
+state = {"n": 0, "t0": None}
+@app.agent(t, concurrency=1)
+async def count(stream):
+    async for _ in stream.events():
+        if state["t0"] is None:
+            state["t0"] = time.perf_counter()
+        state["n"] += 1
+        if state["n"] >= total:
+            with open(result, "w") as f:
+                f.write(str(time.perf_counter() - state["t0"]))
+            os.kill(os.getpid(), signal.SIGTERM)
+try:
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+except SystemExit:
+    pass
+"""
+
+
+def raw_loop(bootstrap: str, src: str, dst: str, total: int) -> tuple[float, float]:
+    """Consume every record of src and produce it to dst; (seconds, cpu seconds)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "acks": "all"})
+    c.subscribe([src])
+    n, started, cpu0 = 0, None, time.process_time()
+    while n < total:
+        batch = c.consume(10_000, 1.0)
+        if started is None and batch:
+            started = time.perf_counter()
+        for m in batch:
+            while True:
+                try:
+                    p.produce(dst, m.value(), m.key(), headers=m.headers())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            n += 1
+        p.poll(0)
+    p.flush(60)
+    c.commit(asynchronous=False)
+    assert started is not None
+    seconds = time.perf_counter() - started
+    c.close()
+    return seconds, time.process_time() - cpu0
+
+
+def metric(text: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def run_worker(bootstrap: str, src: str, total: int, runs: int, work: Path) -> dict[str, object]:
+    port = free_port()
+    app_id = f"bench-worker-{uuid.uuid4().hex[:8]}"
+    cmd = [
+        sys.executable, "-m", "olstream", "worker", "--bootstrap", bootstrap, "--app-id", app_id,
+        "--data-dir", str(work / "worker"), "--input-topic", src, "--output-topic", f"{src}.out",
+        "--errors-topic", f"{src}.errors", "--until-idle", "--metrics-port", str(port),
+    ]  # fmt: skip
+    log = (work / "worker.log").open("wb")
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    first = last = None
+    rss_marks: dict[int, float] = {}
+    peak = 0.0
+    last_cpu = 0.0
+    while proc.poll() is None:
+        time.sleep(0.5)
+        peak = max(peak, rss_mb(proc.pid))
+        last_cpu = cpu_seconds(proc.pid) or last_cpu
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except OSError:
+            continue
+        done = metric(text, "olstream_stream_records_total")
+        started_runs = metric(
+            text, 'olstream_stream_records_total{type="RunStarted"}'.replace("{", r"\{").replace("}", r"\}")
+        )
+        now = time.perf_counter()
+        if done > 0 and first is None:
+            first = (now, done)
+        if done >= total and last is None:
+            last = now
+        for q in (1, 2, 3, 4):
+            if started_runs >= runs * q / 4 and q not in rss_marks:
+                rss_marks[q] = rss_mb(proc.pid)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"worker exited {proc.returncode}; see {work / 'worker.log'}")
+    assert first is not None
+    end = last or time.perf_counter()
+    seconds = max(end - first[0], 1e-9)
+    return {
+        "seconds": seconds,
+        "rate": (total - first[1]) / seconds,
+        "wall": wall,
+        "cpu": last_cpu,
+        "peak": peak,
+        "marks": rss_marks,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument("--runs", type=int, default=20_000)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--skip-noop", action="store_true")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="olstream-bench-stream-"))
+    rows, summary = simulated_rows(work, args.runs, args.seed)
+    total = len(rows)
+    tag = uuid.uuid4().hex[:8]
+    src = f"bench.stream.{tag}"
+    ensure_topic(args.bootstrap, src, args.partitions)
+    ensure_topic(args.bootstrap, f"{src}.raw", args.partitions)
+    produce_rows(args.bootstrap, src, rows)
+    print(f"input: {total:,} records of {args.runs:,} simulated runs ({summary.open_runs:,} left open) "
+          f"in {args.partitions} partitions")  # fmt: skip
+
+    raw_s, _ = raw_loop(args.bootstrap, src, f"{src}.raw", total)
+    noop = None
+    if not args.skip_noop:
+        result = work / "noop.seconds"
+        subprocess.run(
+            [sys.executable, "-c", NOOP_AGENT, src, str(total), f"bench-noop-{tag}", args.bootstrap,
+             str(work / "noop"), str(result)],
+            capture_output=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        noop = float(result.read_text()) if result.exists() else None
+    w = run_worker(args.bootstrap, src, total, args.runs, work)
+
+    limit = total / raw_s
+    rate = float(w["rate"])  # type: ignore[arg-type]
+    print()
+    print("| measurement | records | seconds | records/s |")
+    print("|---|---:|---:|---:|")
+    print(
+        f"| raw confluent-kafka consume+produce loop (the limit) | {total:,} | {raw_s:.1f} | {limit:,.0f} |"
+    )
+    if noop is not None:
+        name = "faust-streaming no-op agent (framework ceiling)"
+        print(f"| {name} | {total:,} | {noop:.1f} | {total / noop:,.0f} |")
+    print(
+        f"| olstream worker (processing, from its metrics) | {total:,} | {w['seconds']:.1f} | {rate:,.0f} |"
+    )
+    print()
+    print(f"worker / limit: {100 * rate / limit:.1f}%   (goals: >= 5,000 records/s and >= 25%)")
+    print(f"worker wall time with start-up and shutdown: {w['wall']:.1f} s, CPU {w['cpu']:.1f} s")
+    marks = w["marks"]
+    assert isinstance(marks, dict)
+    for q in sorted(marks):
+        print(f"worker RSS after {args.runs * q // 4:,} runs started: {marks[q]:.0f} MB")
+    print(f"worker peak RSS: {w['peak']:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
