@@ -153,9 +153,14 @@ def corrupt_rows() -> list[tuple[str, bytes]]:
     ]
 
 
-@pytest.mark.parametrize("small_log", STORES, indirect=True)
+@pytest.mark.parametrize(
+    ("small_log", "extra"),
+    [pytest.param(p.values[0], (), id=p.id, marks=p.marks) for p in STORES]
+    + [pytest.param("sqlite", ("--exactly-once",), id="sqlite-exactly-once")],
+    indirect=["small_log"],
+)
 def test_corrupt_rows_go_to_the_errors_topic_and_the_rest_flows(
-    small_log, kafka_bootstrap, unique_topic, olstream_cmd, subprocess_env  # type: ignore[no-untyped-def]
+    small_log, extra, kafka_bootstrap, unique_topic, olstream_cmd, subprocess_env  # type: ignore[no-untyped-def]
 ) -> None:
     url = small_log
     bad = corrupt_rows()
@@ -164,29 +169,30 @@ def test_corrupt_rows_go_to_the_errors_topic_and_the_rest_flows(
     good_tail = read_rows(url)[(2, 0)]
     append_raw(url, [(0, _moved(good_tail, 0, corrupt_at[2] + 1))])
 
-    first = run_source(olstream_cmd, subprocess_env, url, unique_topic)
+    first = run_source(olstream_cmd, subprocess_env, url, unique_topic, *extra)
     assert first.returncode == 0, first.stderr[-3000:]
     rows = read_rows(url)
     positions = zip([0, 0, 0, 1, 1, 1], corrupt_at, strict=True)
     kinds = {pos: bad[i % 3][0] for i, pos in enumerate(positions)}
     corrupt = set(kinds)
-    errors = read_topic(kafka_bootstrap, f"{unique_topic}.errors")
+    errors = read_topic(kafka_bootstrap, f"{unique_topic}.errors", read_committed=True)
     assert sorted(m.position for m in errors) == sorted(corrupt)
     for m in errors:
         reason = m.header["olstream.error"].decode()
         assert kinds[m.position] in reason, reason
         assert m.key == str(m.position[0]).encode() and m.value == rows[m.position]
     good = {pos: b for pos, b in rows.items() if pos not in corrupt}
-    assert_complete_and_ordered(read_topic(kafka_bootstrap, unique_topic), good, exactly_once=True)
+    published = read_topic(kafka_bootstrap, unique_topic, read_committed=True)
+    assert_complete_and_ordered(published, good, exactly_once=True)
     assert first.stderr.count("does not decode") == 6
 
     # a corrupt last row is not published again, and rows appended after it still flow
-    second = run_source(olstream_cmd, subprocess_env, url, unique_topic)
+    second = run_source(olstream_cmd, subprocess_env, url, unique_topic, *extra)
     assert "0 records published, 0 sent" in second.stderr, second.stderr[-2000:]
     append_raw(url, [(1, _moved(good_tail, 1, corrupt_at[5] + 1))])
-    third = run_source(olstream_cmd, subprocess_env, url, unique_topic)
+    third = run_source(olstream_cmd, subprocess_env, url, unique_topic, *extra)
     assert "1 records published, 0 sent" in third.stderr, third.stderr[-2000:]
-    assert len(read_topic(kafka_bootstrap, f"{unique_topic}.errors")) == 6
+    assert len(read_topic(kafka_bootstrap, f"{unique_topic}.errors", read_committed=True)) == 6
 
 
 def _moved(payload: bytes, partition: int, offset: int) -> bytes:
