@@ -99,9 +99,16 @@ class _Generator:
             src.emit(ind, f"if not -9223372036854775808 <= {v} <= 9223372036854775807: raise ValueError")
             self._write_varint(src, ind, v)
         elif kind == "string":
-            b = src.var("b")
+            b, n = src.var("b"), src.var("n")
             src.emit(ind, f"{b} = {v}.encode('utf-8')")
-            self._write_varint(src, ind, f"len({b})")
+            src.emit(ind, f"{n} = len({b}) << 1")  # a length is >= 0: its zigzag is a shift
+            src.emit(ind, f"if {n} < 128:")
+            src.emit(ind + 1, f"append({n})")
+            src.emit(ind, "else:")
+            src.emit(ind + 1, f"while {n} & -128:")
+            src.emit(ind + 2, f"append(({n} & 127) | 128)")
+            src.emit(ind + 2, f"{n} >>= 7")
+            src.emit(ind + 1, f"append({n})")
             src.emit(ind, f"buf += {b}")
         elif kind == "timestamp-micros":
             # A record's times are often the same object (append time = event time): memoize.

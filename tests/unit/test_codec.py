@@ -310,3 +310,19 @@ def test_the_offset_varint_matches_avro_longs() -> None:
         buf = bytearray()
         write_long(buf, n)
         assert codec._zigzag_varint(n) == bytes(buf), n
+
+
+@pytest.mark.parametrize("size", [0, 63, 64, 127, 128, 8191, 8192, 20_000])
+def test_long_strings_match_fastavro(size: int) -> None:
+    record = RunEnded(
+        partition=0,
+        offset=size,
+        append_time=T0,
+        engine_run_id="r" * max(size, 1),
+        status=RunStatus.FAILED,
+        end_time=T0,
+        error=RunError("é" * size, None, "s" * size),
+    )
+    data = codec.encode(record)
+    assert data == _fastavro_encode(record)
+    assert codec.decode(data) == record
