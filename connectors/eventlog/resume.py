@@ -5,7 +5,8 @@ publishes (to the records topic or the errors topic) carries its log partition
 and offset in headers, so the last message of a log partition *is* its position.
 For each Kafka partition the tail is read backwards in growing windows until
 every log partition that hashes to it has been found (or the start is reached).
-With ``read_committed`` only committed transactions count (``--exactly-once``).
+The connector always scans ``read_committed``: records of aborted transactions (of an
+``--exactly-once`` run) never count, and plain records are all visible anyway.
 
 Why both topics: a corrupt row goes to the errors topic, so a log partition
 whose last row was corrupt has its position there. The publisher keeps the two

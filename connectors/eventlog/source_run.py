@@ -91,7 +91,8 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
             settings.bootstrap,
             [settings.topic, settings.errors_topic],
             wanted,
-            read_committed=settings.exactly_once,
+            # always: records of aborted transactions (an earlier --exactly-once run) never count
+            read_committed=True,
             timeout=max(settings.connect_timeout, 30.0),
         )
         for partition, offset in start.items():
