@@ -87,7 +87,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         producer_linger_ms=5,
         producer_max_batch_size=1_048_576,
         consumer_auto_offset_reset="earliest",
-        stream_wait_empty=False,
+        stream_wait_empty=True,  # a rebalance waits until every taken event is acked (batches flush in 0.1 s)
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout,
