@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--job-prefix", default=None, help="prefix before {workflowType}@{version} in job names")
     p.add_argument("--producer", default=None, help="the RunEvents' producer URL")
     p.add_argument("--integration", default=None, help="jobType facet integration (OLSTREAM)")
+    p.add_argument("--programming-language", default=None, help="errorMessage facet language (PYTHON)")
     p.add_argument("--batch-size", type=int, default=None, help="records per processing batch (5000)")
     p.add_argument(
         "--session-timeout", type=float, default=None, help="consumer group session timeout s (10)"
@@ -63,6 +64,9 @@ def build_settings(args: argparse.Namespace) -> WorkerSettings:
             producer=pick(args.producer, "PRODUCER", base.producer),
             job_prefix=pick(args.job_prefix, "JOB_PREFIX", base.job_prefix),
             integration=pick(args.integration, "INTEGRATION", base.integration),
+            programming_language=pick(
+                args.programming_language, "PROGRAMMING_LANGUAGE", base.programming_language
+            ),
         )
         return WorkerSettings(
             bootstrap=pick(args.bootstrap, "BOOTSTRAP", "127.0.0.1:9092"),
