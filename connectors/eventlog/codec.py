@@ -377,7 +377,7 @@ def _new_prefix(rc: _RecordCodec, record: Record) -> bytes:
     return rc.prefixes.setdefault(partition, rc.header + _zigzag_varint(partition))
 
 
-def _splice(prefix: bytes, rest: bytes, offset: int) -> bytes:
+def _splice(prefix: bytes, rest: bytes | bytearray, offset: int) -> bytes:
     return prefix + (_SMALL_VARINTS[offset] if 0 <= offset < 64 else _zigzag_varint(offset)) + rest
 
 
@@ -396,4 +396,4 @@ def offset_encoder(record: Record) -> Callable[[int], bytes]:
         rc.encode_tail(tail, record)
     except Exception as e:
         raise _encode_error(rc, record, e) from e
-    return partial(_splice, prefix, bytes(tail))
+    return partial(_splice, prefix, tail)  # bytes + bytearray is bytes: no copy needed here
