@@ -25,7 +25,9 @@ def set_health(healthy: bool, reason: str = "ok") -> None:
     HEALTH.reason = reason
 
 
-def serve_metrics(port: int, host: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY) -> ThreadingHTTPServer:
+def serve_metrics(
+    port: int, host: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY
+) -> ThreadingHTTPServer:
     """Serve `/metrics` (Prometheus text format) and `/healthz` in a daemon thread; port 0 picks one."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -43,7 +45,7 @@ def serve_metrics(port: int, host: str = "127.0.0.1", registry: CollectorRegistr
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             return
 
     server = ThreadingHTTPServer((host, port), Handler)

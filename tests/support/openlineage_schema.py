@@ -56,7 +56,9 @@ class OpenLineageValidator:
         checker = Draft202012Validator.FORMAT_CHECKER
         for d in docs[1:]:
             for key in d.get("properties", {}):
-                self.facet_validators[key] = Draft202012Validator(d, registry=registry, format_checker=checker)
+                self.facet_validators[key] = Draft202012Validator(
+                    d, registry=registry, format_checker=checker
+                )
         core = docs[0]
         self.core = Draft202012Validator(
             {"$ref": core["$id"] + "#/$defs/RunEvent"}, registry=registry, format_checker=checker
