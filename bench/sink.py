@@ -5,6 +5,7 @@ Rows (same events, same receiver, a separate receiver process):
 - openlineage-python: its HttpTransport.emit() in a loop (how OpenLineage clients send);
 - raw loops without Kafka: aiohttp keep-alive with the sink's concurrency (the limit),
   httpx sync Client in threads, httpx AsyncClient (the candidates for the sink's client).
+Each row reports its best of --repeat interleaved rounds (the host is shared and noisy).
 
 Usage: .venv/bin/python bench/sink.py [--bootstrap 127.0.0.1:19092] [--events 20000] [--concurrency 16]
 """
@@ -180,23 +181,24 @@ def main() -> int:
     )
     parser.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
     parser.add_argument("--events", type=int, default=20000, help="events for the sink and the raw loops")
-    parser.add_argument("--ol-events", type=int, default=4000, help="events for openlineage-python (slow)")
+    parser.add_argument("--slow-events", type=int, default=4000, help="events for httpx, openlineage-python")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each row reports its best round")
     args = parser.parse_args()
 
     events = make_events(runs=args.events // 4, events_per_run=4, jobs=500)
     bodies = [e.value for e in events]
-    docs = [json.loads(b) for b in bodies[: args.ol_events]]
+    few = bodies[: args.slow_events]
+    docs = [json.loads(b) for b in few]
     receiver = FastReceiver()
     c = args.concurrency
     candidates: list[tuple[str, Callable[[], float]]] = [
         (f"raw aiohttp keep-alive loop, {c} connections (limit)", lambda: bench_aiohttp(receiver, bodies, c)),
         ("raw aiohttp keep-alive loop, 1 connection", lambda: bench_aiohttp(receiver, bodies, 1)),
-        ("raw httpx sync Client, 1 thread", lambda: bench_httpx_threads(receiver, bodies, 1)),
-        ("raw httpx sync Client, 4 threads", lambda: bench_httpx_threads(receiver, bodies, 4)),
-        (f"raw httpx AsyncClient, {c} connections", lambda: bench_httpx_async(receiver, bodies, c)),
-        ("raw httpx AsyncClient, 1 connection", lambda: bench_httpx_async(receiver, bodies, 1)),
+        ("raw httpx sync Client, 1 thread", lambda: bench_httpx_threads(receiver, few, 1)),
+        ("raw httpx sync Client, 4 threads", lambda: bench_httpx_threads(receiver, few, 4)),
+        (f"raw httpx AsyncClient, {c} connections", lambda: bench_httpx_async(receiver, few, c)),
+        ("raw httpx AsyncClient, 1 connection", lambda: bench_httpx_async(receiver, few, 1)),
         ("openlineage-python HttpTransport.emit", lambda: bench_openlineage_python(receiver, docs)),
     ]
     best: dict[str, float] = {}
@@ -207,16 +209,18 @@ def main() -> int:
                 (f"olstream sink (Kafka -> HTTP, concurrency {c})", sink_rate),
                 ("olstream sink incl. start-up and group join", sink_wall),
             ]
-            measured += [(name, fn()) for name, fn in candidates]
+            for name, fn in candidates:
+                measured.append((name, fn()))
+                print(f"  round {round_no + 1}: {name}: {measured[-1][1]:,.0f} ev/s", file=sys.stderr)
             for name, value in measured:
                 best[name] = max(best.get(name, 0.0), value)
-                print(f"  round {round_no + 1}: {name}: {value:,.0f} ev/s", file=sys.stderr)
     finally:
         receiver.close()
     rows = list(best.items())
     limit = rows[2][1]
     ol = next(r for n, r in rows if n.startswith("openlineage-python"))
-    print(f"\nbest of {args.repeat} rounds, {args.events} events ({args.ol_events} for openlineage-python)")
+    slow = f"{args.slow_events} for httpx and openlineage-python"
+    print(f"\nbest of {args.repeat} rounds, {args.events} events ({slow})")
     print(f"{'path':<62} {'events/s':>10} {'vs limit':>9} {'vs OL-py':>9}")
     for name, value in rows:
         print(f"{name:<62} {value:>10,.0f} {value / limit:>8.0%} {value / ol:>8.1f}x")
