@@ -27,25 +27,48 @@ class Sender:
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 2,
+            "linger.ms": 50,  # flush() sends at once; a long linger spares a wake-up per produce
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 500_000,
             "partitioner": "murmur2_random",
-            "compression.type": "lz4",
             "on_delivery": self._delivered,
         }
         config.update(extra or {})
         self._failure: KafkaError | None = None
+        self._tracked: set[str] = set()
+        # topic -> partition -> highest acknowledged offset (for topics passed to track_offsets)
+        self.acked_offsets: dict[str, dict[int, int]] = {}
         self._producer = Producer(config)
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and self._failure is None:
-            self._failure = err
+    def track_offsets(self, topic: str) -> None:
+        self._tracked.add(topic)
 
-    def send(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            if self._failure is None:
+                self._failure = err
+            return
+        topic = msg.topic()
+        if topic in self._tracked:
+            per = self.acked_offsets.setdefault(topic, {})
+            p, off = msg.partition(), msg.offset()
+            if p is not None and off is not None and off > per.get(p, -1):
+                per[p] = off
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=headers)
+                if partition is None:
+                    self._producer.produce(topic, value, key, headers=headers)
+                else:
+                    self._producer.produce(topic, value, key, partition=partition, headers=headers)
                 return
             except BufferError:
                 self._producer.poll(0.05)
