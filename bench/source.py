@@ -8,6 +8,9 @@ Throughput (issue 3): a SQLite log of --records simulated records is published b
 in the same run and to the same broker, by a plain produce loop of the same keys and bytes
 (idempotent producer, acks=all, no headers: the limit). Goal: the connector reaches >= 50%.
 
+Each throughput run is repeated --repeat times (interleaved) and the best counts: on a shared
+machine the CPU-bound connector suffers from other load far more than the raw loop does.
+
 Latency: while the connector tails the log, a writer appends --latency-rate records/s (one
 transaction each) for --latency-seconds; a consumer reports, per record, the time from its
 append to its arrival at the consumer. Goal: p99 < 250 ms. With --pg-url the same runs
@@ -246,6 +249,7 @@ def main() -> int:
         "--pg-url", help="also measure latency on PostgreSQL (a fresh database on this server)"
     )
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds of the throughput runs (best counts)")
     args = parser.parse_args()
     ok = True
     with tempfile.TemporaryDirectory(prefix="olstream-bench-source-") as tmp:
@@ -256,13 +260,28 @@ def main() -> int:
             records = build_log(url, args.records)
             print(f"log: {records:,} records in {url} (ready in {time.perf_counter() - t:.1f} s)")
             rows = load_rows(url)
-            raw_wall, raw_cpu = raw_produce(args.bootstrap, rows)
+            # interleaved rounds, best of --repeat each: the machine may be shared
+            best: dict[str, tuple[float, float]] = {}
+            names = [
+                "raw confluent-kafka produce loop",
+                "olstream source --check full",
+                "olstream source --check header",
+            ]
+            for _ in range(args.repeat):
+                for name in names:
+                    if name.startswith("raw"):
+                        wall, cpu = raw_produce(args.bootstrap, rows)
+                    else:
+                        check = name.rsplit(" ", 1)[1]
+                        wall, cpu, published = connector_publish(
+                            args.bootstrap, url, workdir, "--check", check
+                        )
+                        assert published == records, f"the connector published {published} of {records}"
+                    if name not in best or wall < best[name][0]:
+                        best[name] = (wall, cpu)
             del rows
-            results = [("raw confluent-kafka produce loop", raw_wall, raw_cpu)]
-            for check in ("full", "header"):
-                wall, cpu, published = connector_publish(args.bootstrap, url, workdir, "--check", check)
-                assert published == records, f"the connector published {published} of {records}"
-                results.append((f"olstream source --check {check}", wall, cpu))
+            raw_wall = best[names[0]][0]
+            results = [(name, *best[name]) for name in names]
             head = ("producer", "records", "wall s", "records/s", "% of raw", "CPU s")
             print("{:<32} {:>8} {:>7} {:>10} {:>8} {:>6}".format(*head))
             for name, wall, cpu in results:
