@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter, Gauge
 
 from connectors.eventlog.resume import message_key
-from connectors.eventlog.rowcheck import RowChecker
+from connectors.eventlog.rowcheck import Headers, RowChecker
 from connectors.eventlog.store import StoredRow
 from olstream.errors import DeliveryError
 from olstream.metrics import set_health
@@ -75,6 +75,26 @@ def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str
     return config
 
 
+def _runs_of_good_rows(
+    checked: list[tuple[StoredRow, Headers | str]],
+) -> Iterator[list[tuple[StoredRow, Headers]] | tuple[StoredRow, str]]:
+    """Consecutive good rows of one partition as lists; each bad row alone as (row, reason)."""
+    run: list[tuple[StoredRow, Headers]] = []
+    for row, headers in checked:
+        if isinstance(headers, str):
+            if run:
+                yield run
+                run = []
+            yield row, headers
+            continue
+        if run and run[0][0].partition != row.partition:
+            yield run
+            run = []
+        run.append((row, headers))
+    if run:
+        yield run
+
+
 class Publisher:
     """Publishes rows to the records topic (or the errors topic) and tracks what Kafka acknowledged."""
 
@@ -96,9 +116,7 @@ class Publisher:
         self._checker = RowChecker(check_bodies=check_bodies)
         self._keys: dict[int, bytes] = {}
         self._inflight: dict[int, deque[tuple[int, int]]] = {}  # (offset, rows it covers) awaiting reports
-        self._unreported: dict[int, int] = {}
         self._fatal: KafkaError | None = None
-        self._waited = False
         self.acked: dict[int, int] = {}
         self.published = 0
         self.errors = 0
@@ -118,50 +136,56 @@ class Publisher:
     def publish(self, rows: Sequence[StoredRow]) -> int:
         """Hand rows to the producer in order; returns how many were handed over (fewer on stop).
 
-        Only the last message of a run of one log partition's rows asks for a delivery report:
-        the idempotent producer keeps a partition's messages in order and raises a fatal error
-        rather than leave a gap (``enable.gapless.guarantee``), so its acknowledgement covers
-        every message before it.
+        Only the last message of a run of one log partition's good rows asks for a delivery
+        report: the idempotent producer keeps a partition's messages in order and raises a fatal
+        error rather than leave a gap (``enable.gapless.guarantee``), so its acknowledgement
+        covers every message before it.
         """
         check = self._checker.headers_for
-        checked = [(row, check(row)) for row in rows]
-        produce, topic, delivered = self._producer.produce, self._topic, self._delivered
-        count = len(checked)
-        for i, (row, headers) in enumerate(checked):
-            if isinstance(headers, str):
-                self._publish_error(row, headers)
+        done = 0
+        for run in _runs_of_good_rows([(row, check(row)) for row in rows]):
+            if isinstance(run, tuple):  # a row that does not decode
+                self._publish_error(*run)
+                done += 1
                 continue
-            partition = row.partition
-            key = self._keys.get(partition)
-            if key is None:
-                key = self._keys[partition] = message_key(partition)
-                self._inflight[partition] = deque()
-                self._unreported[partition] = 0
-            following = checked[i + 1] if i + 1 < count else None
-            report = following is None or following[0].partition != partition or isinstance(following[1], str)
+            handed = self._produce_run(run)
+            done += handed
+            if handed < len(run):
+                return done  # stopped while Kafka applied back-pressure
+        self.poll(0)
+        return done
+
+    def _produce_run(self, run: list[tuple[StoredRow, Headers]]) -> int:
+        """Produce consecutive good rows of one partition; the last asks for a delivery report."""
+        partition = run[0][0].partition
+        key = self._keys.get(partition)
+        if key is None:
+            key = self._keys[partition] = message_key(partition)
+            self._inflight[partition] = deque()
+        produce, topic = self._producer.produce, self._topic
+        last = len(run) - 1
+        for i, (row, headers) in enumerate(run):
             while True:
                 try:
-                    if report:
-                        produce(topic, row.payload, key, headers=headers, on_delivery=delivered)
+                    if i == last:
+                        produce(topic, row.payload, key, headers=headers, on_delivery=self._delivered)
                     else:
                         produce(topic, row.payload, key, headers=headers)
                     break
                 except BufferError:  # librdkafka's queue is full: Kafka is slow or away
-                    set_health(False, "waiting for Kafka: the producer queue is full")
-                    self.poll(0.05)
-                    if self._should_stop():
-                        return i
-                    self._waited = True
-            if self._waited:
-                set_health(True, "publishing")
-                self._waited = False
-            if report:
-                self._inflight[partition].append((row.offset, self._unreported[partition] + 1))
-                self._unreported[partition] = 0
-            else:
-                self._unreported[partition] += 1
-        self.poll(0)
-        return count
+                    if not self._wait_for_room():
+                        return i  # the rows handed over are flushed, just not counted as acked
+        self._inflight[partition].append((run[last][0].offset, len(run)))
+        return len(run)
+
+    def _wait_for_room(self) -> bool:
+        """Serve delivery reports until the producer has room; False when asked to stop."""
+        set_health(False, "waiting for Kafka: the producer queue is full")
+        self.poll(0.05)
+        if self._should_stop():
+            return False
+        set_health(True, "publishing")
+        return True
 
     def on_kafka_error(self, err: KafkaError) -> None:
         """The producer's error_cb: fatal errors stop publishing; others are only logged."""
@@ -200,8 +224,6 @@ class Publisher:
         """After an aborted transaction: nothing produced in it counts."""
         for pending in self._inflight.values():
             pending.clear()
-        for partition in self._unreported:
-            self._unreported[partition] = 0
         self._failure = None
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
