@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
 async def run_sink(settings: Any, instance_id: str | None) -> int:
     from confluent_kafka import Consumer, Producer
 
-    from connectors.openlineage.sink import Sink, consumer_config
+    from connectors.openlineage.sink import Sink
     from connectors.openlineage.transports import make_transport
     from olstream.kafka_admin import ensure_topic, topic_partitions
     from olstream.metrics import serve_metrics
@@ -105,3 +105,20 @@ async def run_sink(settings: Any, instance_id: str | None) -> int:
     consumer = Consumer(consumer_config(settings, instance_id))
     sink = Sink(settings, make_transport(settings), consumer, dlq)
     return await sink.run()
+
+
+def consumer_config(settings: Any, instance_id: str | None = None) -> dict[str, Any]:
+    """Manual commits only (`enable.auto.commit=false`): offsets move when the sink says so."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap,
+        "group.id": settings.group,
+        "client.id": "olstream-sink",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 100,
+    }
+    if instance_id:
+        config["group.instance.id"] = instance_id  # static membership: a restart takes over at once
+    return config

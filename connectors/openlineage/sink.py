@@ -13,7 +13,6 @@ import contextlib
 import logging
 import signal
 import time
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
@@ -45,22 +44,6 @@ CONSUME_BATCH = 500
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
-def consumer_config(settings: SinkSettings, instance_id: str | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
-        "group.id": settings.group,
-        "client.id": "olstream-sink",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": False,
-        "fetch.wait.max.ms": 100,
-    }
-    if instance_id:
-        config["group.instance.id"] = instance_id  # static membership: a restart takes over at once
-    return config
-
-
 class Sink:
     def __init__(
         self,
@@ -83,6 +66,7 @@ class Sink:
         self.buffered = 0
         self.in_flight = 0
         self.paused: set[TP] = set()
+        self.pause_reason: str | None = None
         self.fresh: set[TP] = set()  # newly assigned: resumed explicitly once, whatever came before
         self.finished_since_commit = 0
         self.assigned_once = False
@@ -162,13 +146,18 @@ class Sink:
         if self.fresh and not want_pause:
             self.consumer.resume([TopicPartition(t, p) for t, p in self.fresh if (t, p) in owned])
         self.fresh.clear()
-        if want_pause and owned - self.paused:
-            todo = owned - self.paused
-            self.consumer.pause([TopicPartition(t, p) for t, p in todo])
-            self.paused |= todo
+        if want_pause:
+            reason = "backing off" if self.backoff.active else "buffer full"
+            if reason != self.pause_reason:  # logged when the reason changes, not every cycle
+                log.info("pausing consumption (%s, %d events held); still polling", reason, self.buffered)
+                self.pause_reason = reason
+            if owned - self.paused:
+                self.consumer.pause([TopicPartition(t, p) for t, p in owned - self.paused])
+                self.paused |= owned
         elif want_resume and self.paused:
             self.consumer.resume([TopicPartition(t, p) for t, p in self.paused if (t, p) in owned])
             self.paused.clear()
+            log.debug("resuming consumption")
 
     # -- sending ---------------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -215,6 +204,7 @@ class Sink:
             DELIVERED.inc()
             if self.backoff.attempt:
                 log.info("receiver accepts events again (%s)", self.settings.destination)
+                self.pause_reason = None
                 set_health(True)
             self.backoff.succeeded()
             self._finish(event)

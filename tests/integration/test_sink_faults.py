@@ -69,6 +69,7 @@ def test_a_60_second_outage_and_a_hanging_receiver_are_recovered_without_loss(
     assert_all_delivered_in_order(everything, accepted)
     assert 3 <= attempts_during_outage <= 40, "backoff between attempts, not a hot loop"
     assert "TimeoutError" in text or "timeout" in text.lower()  # the hangs cost one timeout each
+    assert "pausing consumption (backing off" in text
     assert sum(committed_offsets(kafka_bootstrap, unique_group, topic, 4)) == len(everything)
 
 
