@@ -153,6 +153,20 @@ class _Generator:
         encode: Callable[[bytearray, Any], None] = self._compile(src, "encode")
         return encode
 
+    def values_encoder(self, schema: dict[str, Any], skip_fields: int) -> Callable[..., None]:
+        """``encode(buf, *values)``: the record's fields after the first N, passed in schema order."""
+        self._resolve(schema)
+        fields = schema["fields"][skip_fields:]
+        params = [f"f_{f['name']}" for f in fields]
+        src = _Source()
+        src.emit(0, f"def encode(buf, {', '.join(params)}):")
+        src.emit(1, "append = buf.append")
+        src.emit(1, "last_time = last_time_bytes = None")
+        for f, param in zip(fields, params, strict=True):
+            self._write(src, 1, f["type"], param)
+        encode: Callable[..., None] = self._compile(src, "encode")
+        return encode
+
     # -- decoding ---------------------------------------------------------------------------
 
     def _read_varint(self, src: _Source, ind: int, target: str) -> None:
@@ -248,6 +262,7 @@ class _Generator:
 class GeneratedCodec:
     encode: Callable[[bytearray, Any], None]
     encode_tail: Callable[[bytearray, Any], None]  # every field after the first `tail_skip`
+    encode_tail_values: Callable[..., None]  # the same fields, passed as values in schema order
     decode: Callable[[bytes, int], tuple[Any, int]]
 
 
@@ -261,5 +276,6 @@ def generate(
     return GeneratedCodec(
         encode=_Generator(record_types, enum_types).encoder(schema),
         encode_tail=_Generator(record_types, enum_types).encoder(schema, skip_fields=tail_skip),
+        encode_tail_values=_Generator(record_types, enum_types).values_encoder(schema, skip_fields=tail_skip),
         decode=_Generator(record_types, enum_types).decoder(schema),
     )

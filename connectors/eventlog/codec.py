@@ -232,6 +232,8 @@ class _RecordCodec:
     header: bytes
     encode: Encoder  # generated, fast
     encode_tail: Encoder  # generated: the fields after partition and offset
+    encode_tail_values: Callable[..., None]  # the same, from values in schema order
+    tail_fields: tuple[str, ...]  # their names, in schema order
     encode_checked: Encoder  # closures naming the offending field on error
     prefixes: dict[int, bytes] = field(default_factory=dict)  # partition -> header + partition
 
@@ -249,7 +251,15 @@ def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, D
         generated = generate(raw, _RECORD_CLASSES, _ENUM_CLASSES, tail_skip=2)
         checked = SchemaCompiler().encoder(raw)
         header = MAGIC + ws.fingerprint
-        encoders[RECORD_TYPES[name]] = _RecordCodec(header, generated.encode, generated.encode_tail, checked)
+        tail_fields = tuple(f["name"] for f in raw["fields"][2:])
+        encoders[RECORD_TYPES[name]] = _RecordCodec(
+            header,
+            generated.encode,
+            generated.encode_tail,
+            generated.encode_tail_values,
+            tail_fields,
+            checked,
+        )
         decoders[ws.fingerprint] = (name, generated.decode)
     return encoders, decoders
 
@@ -369,11 +379,10 @@ def _zigzag_varint(n: int) -> bytes:
 _SMALL_VARINTS = tuple(bytes([n << 1]) for n in range(64))
 
 
-def _new_prefix(rc: _RecordCodec, record: Record) -> bytes:
+def _new_prefix(rc: _RecordCodec, record_type: type[Any], partition: int) -> bytes:
     """Magic, fingerprint and the partition's varint (then cached per record type and partition)."""
-    partition = record.partition
     if type(partition) is not int or not -(2**31) <= partition < 2**31:
-        raise ValueError(f"cannot encode {type(record).__name__}: partition {partition!r} is not an Avro int")
+        raise ValueError(f"cannot encode {record_type.__name__}: partition {partition!r} is not an Avro int")
     return rc.prefixes.setdefault(partition, rc.header + _zigzag_varint(partition))
 
 
@@ -390,10 +399,37 @@ def offset_encoder(record: Record) -> Callable[[int], bytes]:
     append transaction).
     """
     rc = _codec_for(record)
-    prefix = rc.prefixes.get(record.partition) or _new_prefix(rc, record)
+    prefix = rc.prefixes.get(record.partition) or _new_prefix(rc, type(record), record.partition)
     tail = bytearray()
     try:
         rc.encode_tail(tail, record)
     except Exception as e:
         raise _encode_error(rc, record, e) from e
     return partial(_splice, prefix, tail)  # bytes + bytearray is bytes: no copy needed here
+
+
+def tail_fields(record_type: type[Record]) -> tuple[str, ...]:
+    """The names of a record's fields after partition and offset, in schema order."""
+    rc = _compiled()[0].get(record_type)
+    if rc is None:
+        raise ValueError(f"not an event-log record type: {record_type.__name__}")
+    return rc.tail_fields
+
+
+def values_encoder(
+    record_type: type[Record], partition: int, values: tuple[Any, ...]
+) -> Callable[[int], bytes]:
+    """`offset_encoder` for a record given as its tail values (schema order, see `tail_fields`).
+
+    The bulk path of the writer: no record object is built. On a bad value the record is built
+    after all, to name the offending field.
+    """
+    rc = _compiled()[0][record_type]
+    prefix = rc.prefixes.get(partition) or _new_prefix(rc, record_type, partition)
+    tail = bytearray()
+    try:
+        rc.encode_tail_values(tail, *values)
+    except Exception as e:
+        record = record_type(partition=partition, offset=0, **dict(zip(rc.tail_fields, values, strict=True)))
+        raise _encode_error(rc, record, e) from e
+    return partial(_splice, prefix, tail)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from connectors.eventlog.codec import offset_encoder
+from connectors.eventlog.codec import offset_encoder, tail_fields, values_encoder
 from connectors.eventlog.records import (
     DatasetDeclared,
     Direction,
@@ -37,6 +37,17 @@ from connectors.eventlog.records import (
 from connectors.eventlog.store import EventLogStore
 
 Clock = Callable[[], datetime]
+_DECLARED_TAIL = (
+    "append_time",
+    "engine_run_id",
+    "direction",
+    "key",
+    "dataset_namespace",
+    "dataset_name",
+    "version",
+    "time",
+)
+_ENDED_TAIL = ("append_time", "engine_run_id", "status", "end_time", "error")
 
 
 def partition_for(workflow_instance: str, partition_count: int) -> int:
@@ -102,6 +113,11 @@ class EventLogWriter:
         self._pending: list[tuple[int, Callable[[int], bytes]]] = []
         self.records_written = 0
         self._partitions_of: dict[str, int] = {}  # a small cache: instances repeat
+        # The bulk path encodes declarations and ends from their values when the schemas'
+        # field order is the one this module passes (else it builds record objects).
+        self._values_path = (
+            tail_fields(DatasetDeclared) == _DECLARED_TAIL and tail_fields(RunEnded) == _ENDED_TAIL
+        )
 
     @property
     def partition_count(self) -> int:
@@ -143,7 +159,10 @@ class EventLogWriter:
             self.records_written += len(pending)
 
     def _append(self, record: Record) -> None:
-        self._pending.append((record.partition, offset_encoder(record)))
+        self._append_build(record.partition, offset_encoder(record))
+
+    def _append_build(self, partition: int, build: Callable[[int], bytes]) -> None:
+        self._pending.append((partition, build))
         if self._batch_depth == 0 or len(self._pending) >= self._batch_size:
             self.flush()
 
@@ -288,20 +307,15 @@ class RunHandle:
             time = append_time
         elif type(time) is not datetime or time.tzinfo is None:
             _require_time("time", time)
-        writer._append(
-            DatasetDeclared(
-                self.partition,
-                0,
-                append_time,
-                self.ref.engine_run_id,
-                direction,
-                key,
-                namespace,
-                name,
-                time,
-                version,
+        run_id = self.ref.engine_run_id
+        if writer._values_path:  # no record object: encode straight from the values
+            values = (append_time, run_id, direction, key, namespace, name, version, time)
+            writer._append_build(self.partition, values_encoder(DatasetDeclared, self.partition, values))
+        else:
+            record = DatasetDeclared(
+                self.partition, 0, append_time, run_id, direction, key, namespace, name, time, version
             )
-        )
+            writer._append(record)
 
     def dataset_input(
         self, key: str, namespace: str, name: str, version: str | None = None, *, time: datetime | None = None
@@ -333,17 +347,14 @@ class RunHandle:
             error = RunError(message=_require_text("error", error))
         elif error is not None:
             _require_text("error.message", error.message)
-        append_time = self._writer.now()
-        record = RunEnded(
-            partition=self.partition,
-            offset=0,
-            append_time=append_time,
-            engine_run_id=self.engine_run_id,
-            status=parsed,
-            end_time=_require_time("end_time", end_time or append_time),
-            error=error,
-        )
-        self._writer._append(record)
+        writer = self._writer
+        append_time = writer.now()
+        end = _require_time("end_time", end_time or append_time)
+        if writer._values_path:
+            values = (append_time, self.engine_run_id, parsed, end, error)
+            writer._append_build(self.partition, values_encoder(RunEnded, self.partition, values))
+        else:
+            writer._append(RunEnded(self.partition, 0, append_time, self.engine_run_id, parsed, end, error))
         self.status = parsed
 
 

@@ -326,3 +326,19 @@ def test_long_strings_match_fastavro(size: int) -> None:
     data = codec.encode(record)
     assert data == _fastavro_encode(record)
     assert codec.decode(data) == record
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_values_encoder_matches_a_full_encode(record: Record) -> None:
+    names = codec.tail_fields(type(record))
+    assert names[0] == "append_time" and "partition" not in names and "offset" not in names
+    values = tuple(getattr(record, name) for name in names)
+    assert codec.values_encoder(type(record), record.partition, values)(record.offset) == codec.encode(record)
+
+
+def test_values_encoder_names_a_bad_field() -> None:
+    record = RECORDS[2]
+    names = codec.tail_fields(DatasetDeclared)
+    values = tuple(datetime(2024, 1, 1) if n == "time" else getattr(record, n) for n in names)
+    with pytest.raises(ValueError, match="cannot encode DatasetDeclared: field 'time'"):
+        codec.values_encoder(DatasetDeclared, 0, values)

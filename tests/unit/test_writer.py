@@ -223,6 +223,7 @@ def test_dataset_and_end_validation(writer: EventLogWriter, store: MemoryEventLo
     ended = _records(store)[-1]
     assert isinstance(ended, RunEnded) and ended.error == RunError("gave up", "TimeoutError", "Traceback ...")
     assert len(store.all_rows()) == 2
+    assert writer._values_path  # the bulk path (no record objects) is the one tested here
 
 
 def test_batch_mode_writes_one_transaction(writer: EventLogWriter, store: MemoryEventLogStore) -> None:
@@ -241,3 +242,19 @@ def test_batch_mode_discards_on_error(writer: EventLogWriter, store: MemoryEvent
         _start(writer)
         raise RuntimeError("engine crashed")
     assert store.all_rows() == []
+
+
+def test_the_record_path_and_the_values_path_write_the_same_bytes() -> None:
+    stores = []
+    for values_path in (True, False):
+        store = MemoryEventLogStore(partitions=4)
+        clock = _ticking_clock()
+        ids = (f"run-{i}" for i in itertools.count())
+        writer = EventLogWriter(store, clock=lambda c=clock: next(c), new_run_id=lambda i=ids: next(i))
+        writer._values_path = values_path
+        run = _start(writer, instance="same")
+        run.dataset_input("k", "s3://b", "données/x", version="v1")  # type: ignore[attr-defined]
+        run.dataset_output("k2", "file", "/tmp/y")  # type: ignore[attr-defined]
+        run.run_ended("poison", RunError("bad", "PoisonMessage", "trace"))  # type: ignore[attr-defined]
+        stores.append(store.all_rows())
+    assert stores[0] == stores[1] and len(stores[0]) == 4
