@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from olstream.errors import OlstreamError
 from olstream.logs import redact, setup_logging
 
@@ -76,6 +78,9 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(run_sink(settings, instance_id))
     except OlstreamError as e:
         log.error("%s", e)
+        return 1
+    except KafkaException as e:
+        log.error("Kafka at %s: %s", settings.bootstrap, e)
         return 1
 
 

@@ -11,7 +11,12 @@ import pytest
 
 from tests.support.receiver import Receiver, Reply, Request
 from tests.support.sink_events import identity, make_events, produce
-from tests.support.sink_harness import assert_all_delivered_in_order, committed_offsets, read_topic, run_sink
+from tests.support.sink_harness import (
+    assert_all_delivered_in_order,
+    committed_total,
+    read_topic,
+    run_sink,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -77,4 +82,4 @@ def test_batches_with_per_event_failures_retry_or_dead_letter_single_events(
     assert sorted(m.value() for m in dead) == sorted(e.value for e in rejected)  # type: ignore[attr-defined]
     headers = dict(dead[0].headers())  # type: ignore[attr-defined]
     assert headers["olstream.status"] == b"200" and b"Unsupported facets" in headers["olstream.response"]
-    assert sum(committed_offsets(kafka_bootstrap, unique_group, topic, 2)) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from tests.support.sink_events import identity, make_events, produce
 from tests.support.sink_harness import (
     assert_all_delivered_in_order,
     committed_offsets,
+    committed_total,
     read_topic,
     run_sink,
+    sink_command,
 )
 
 pytestmark = pytest.mark.integration
@@ -46,8 +49,7 @@ def test_every_event_delivered_in_key_order_and_committed(
     assert first.method == "POST" and first.path == "/api/v1/lineage"
     assert first.headers["content-type"] == "application/json"
     assert first.headers["authorization"] == "Bearer s3cr3t-api-key-0123456789"
-    ends = committed_offsets(kafka_bootstrap, unique_group, topic, 4)
-    assert sum(ends) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 4) == len(events)
     assert "s3cr3t-api-key" not in log.read_text()
 
 
@@ -97,7 +99,7 @@ def test_rejections_go_to_the_dlq_with_headers_and_the_rest_is_delivered(
         assert int(headers["olstream.source.partition"]) in (0, 1)
         assert int(headers["olstream.source.offset"]) >= 0
         assert m.key() == f"run:{job}".encode()  # type: ignore[attr-defined]
-    assert sum(committed_offsets(kafka_bootstrap, unique_group, topic, 2)) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
     text = log.read_text()
     assert text.count("dead-lettered to") == len(expected_rejects)  # logged once each
 
@@ -158,4 +160,32 @@ def test_file_and_dry_run_transports(
     assert rc == 0, log.read_text()[-3000:]
     lines = out.read_bytes().splitlines()
     assert sorted(lines) == sorted(e.value for e in events)
-    assert sum(committed_offsets(kafka_bootstrap, unique_group, topic, 2)) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+
+
+def test_console_prints_one_event_per_line_and_an_empty_topic_is_idle_at_once(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str
+) -> None:
+    empty = make_topic(partitions=1)
+    done = subprocess.run(
+        sink_command(
+            kafka_bootstrap, empty, unique_group, "--console", "--until-idle", "--dlq-topic", f"{empty}.dlq"
+        ),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout == b"", done.stderr.decode()[-2000:]
+
+    topic = make_topic(partitions=2)
+    events = make_events(runs=30, events_per_run=2, jobs=3)
+    produce(kafka_bootstrap, topic, events)
+    done = subprocess.run(
+        sink_command(
+            kafka_bootstrap, topic, unique_group, "--console", "--until-idle", "--dlq-topic", f"{topic}.dlq"
+        ),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert sorted(done.stdout.splitlines()) == sorted(e.value for e in events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)

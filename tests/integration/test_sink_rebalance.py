@@ -14,7 +14,11 @@ import pytest
 from olstream.infra.process import free_port
 from tests.support.receiver import Receiver, Reply
 from tests.support.sink_events import make_events, produce
-from tests.support.sink_harness import assert_all_delivered_in_order, committed_offsets, start_sink
+from tests.support.sink_harness import (
+    assert_all_delivered_in_order,
+    committed_total,
+    start_sink,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +79,7 @@ def test_partitions_moving_to_a_second_sink_lose_nothing_and_keep_order(
     assert 0 < len(by_second) < len(accepted), "the second sink must have taken over some partitions"
     first_log = (tmp_path / "first.log").read_text()
     assert "revoked" in first_log and "assigned" in (tmp_path / "second.log").read_text()
-    assert sum(committed_offsets(kafka_bootstrap, unique_group, topic, 4)) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic, 4) == len(events)
     for name in METRICS:
         assert f"\n{name} " in metrics or f"\n{name}{{" in metrics, name
     delivered = float(metrics.split("\nolstream_sink_delivered_total ")[1].split()[0])

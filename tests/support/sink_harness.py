@@ -16,11 +16,15 @@ from tests.support.receiver import Request
 from tests.support.sink_events import LineageRecord
 
 ROOT = Path(__file__).resolve().parents[2]
-OLSTREAM = [str(ROOT / ".venv" / "bin" / "olstream")] if (ROOT / ".venv" / "bin" / "olstream").exists() else [
-    sys.executable,
-    "-m",
-    "olstream",
-]
+OLSTREAM = (
+    [str(ROOT / ".venv" / "bin" / "olstream")]
+    if (ROOT / ".venv" / "bin" / "olstream").exists()
+    else [
+        sys.executable,
+        "-m",
+        "olstream",
+    ]
+)
 
 
 def sink_command(bootstrap: str, topic: str, group: str, *extra: str) -> list[str]:
@@ -62,6 +66,11 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
         return [tp.offset for tp in tps]
     finally:
         consumer.close()
+
+
+def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """The sum of the group's committed offsets (a partition without a commit counts 0)."""
+    return sum(max(0, o) for o in committed_offsets(bootstrap, group, topic, partitions))
 
 
 def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[object]:
