@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from connectors.openlineage.delivery import DELIVERED, Outcome, PendingEvent
+from connectors.openlineage.delivery import DELIVERED, DeliveryResult, Outcome, PendingEvent
 from connectors.openlineage.settings import SinkSettings
 from connectors.openlineage.sink import Sink
 from connectors.openlineage.transports import ConsoleTransport, FileTransport, failed_events, one_line
@@ -123,3 +123,90 @@ def test_batch_answers_name_their_failed_events() -> None:
         {"index": 0, "reason": "Timeout", "retriable": True},
         {"index": 2},
     ]
+
+
+class FakeMessage:
+    def __init__(self, partition: int, offset: int, key: bytes, value: bytes) -> None:
+        self._p, self._o, self._k, self._v = partition, offset, key, value
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+
+class FlakyTransport:
+    """Fails every third event once (retriable), answers after a short await, tracks keys in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight: set[tuple[int, bytes]] = set()
+        self.sent: list[PendingEvent] = []
+        self.failed_once: set[int] = set()
+        self.overlaps = 0
+        self.peak = 0
+
+    async def start(self) -> None: ...
+
+    async def send(self, event: PendingEvent) -> DeliveryResult:
+        assert event.key is not None
+        key = (event.partition, event.key)
+        if key in self.in_flight:
+            self.overlaps += 1
+        self.in_flight.add(key)
+        self.peak = max(self.peak, len(self.in_flight))
+        await asyncio.sleep(0.001 * (event.offset % 3))
+        self.in_flight.discard(key)
+        if event.offset % 3 == 0 and event.offset not in self.failed_once:
+            self.failed_once.add(event.offset)
+            return DeliveryResult(Outcome.RETRY, 503, "busy")
+        self.sent.append(event)
+        return DELIVERED
+
+    def make_durable(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def test_workers_keep_per_key_order_through_retries_with_bounded_concurrency() -> None:
+    steps: list[str] = []
+    transport = FlakyTransport()
+    settings = SinkSettings(concurrency=4, backoff_initial=0.001, backoff_max=0.005)
+
+    async def scenario() -> Sink:
+        sink = Sink(settings, transport, RecordingCommitter(steps), None)  # type: ignore[arg-type]
+        sink.on_assign(None, [_tp("t", 0), _tp("t", 1)])  # type: ignore[arg-type]
+        for offset in range(60):
+            key = f"run:ns/job-{offset % 5}".encode()
+            sink._admit(FakeMessage(offset % 2, offset, key, b"{}"))  # type: ignore[arg-type]
+        workers = [asyncio.create_task(sink._worker()) for _ in range(settings.concurrency)]
+        for _ in range(2000):
+            if sink.buffered == 0:
+                break
+            await asyncio.sleep(0.002)
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        return sink
+
+    sink = asyncio.run(scenario())
+    assert sink.buffered == 0 and len(transport.sent) == 60
+    assert transport.overlaps == 0 and 1 < transport.peak <= 4
+    per_key: dict[tuple[int, bytes | None], list[int]] = {}
+    for ev in transport.sent:
+        per_key.setdefault((ev.partition, ev.key), []).append(ev.offset)
+    assert all(offsets == sorted(offsets) for offsets in per_key.values())
+    assert sink.commit_finished()
+    assert sorted(steps[0].removeprefix("commit ").split(",")) == ["0:59", "1:60"]
