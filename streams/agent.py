@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,6 +83,8 @@ class StreamWorker:
         self.stopping = False
         # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
+        # decoded states of the store (bounded LRU), cleared on every rebalance
+        self.cache: OrderedDict[str, RunState] = OrderedDict()
         self.batch: list[Any] = []
         self.batch_started = 0.0
         self.lock = asyncio.Lock()
@@ -97,8 +100,23 @@ class StreamWorker:
             return hit[0]
         # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
         # current event's partition (Table.get would check membership first, a second read)
+        cached = self.cache.get(engine_run_id)
+        if cached is not None:
+            self.cache.move_to_end(engine_run_id)
+            return cached
         raw = self.store._get(engine_run_id.encode("utf-8"))
-        return None if raw is None else loads_state(raw)
+        if raw is None:
+            return None
+        state = loads_state(raw)
+        self.remember(engine_run_id, state)
+        return state
+
+    def remember(self, engine_run_id: str, state: RunState) -> None:
+        """Keep a decoded state (bounded LRU): what is in the store, never anything newer."""
+        self.cache[engine_run_id] = state
+        self.cache.move_to_end(engine_run_id)
+        if len(self.cache) > self.settings.state_cache_size:
+            self.cache.popitem(last=False)
 
     def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
         self.overlay[engine_run_id] = (state, event)
@@ -118,10 +136,12 @@ class StreamWorker:
                 if self.store._get(key) is None:
                     continue
                 self.store._del(key)
+                self.cache.pop(rid, None)
                 self.sender.send(self.changelog_topic, key, None, partition=partition)
             else:
                 value = dumps_state(state)
                 self.store._set(key, value)
+                self.remember(rid, state)
                 self.sender.send(self.changelog_topic, key, value, partition=partition)
         self.overlay.clear()
 
@@ -133,6 +153,7 @@ class StreamWorker:
 
     def rescan(self) -> None:
         """Rebuild the retention index from the finished runs in the (restored) table."""
+        self.cache.clear()  # a rebalance restores partitions from the changelog behind our back
         self.retention.clear()
         count = 0
         for _key, raw in self.table.items():

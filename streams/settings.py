@@ -24,7 +24,8 @@ class WorkerSettings:
     until_idle: bool = False
     idle_check_interval: float = 0.5
     batch_size: int = 5000
-    batch_within: float = 0.1
+    batch_within: float = 0.25
+    state_cache_size: int = 20_000
     retention_ms: int = DEFAULT_RETENTION_MS
     metrics_port: int = 0
     session_timeout: float = 10.0

@@ -113,9 +113,17 @@ def test_scale_out_kill_9_one_of_three_workers(
         while time.monotonic() < deadline:
             if not follower.poll(1.0) and complete():
                 break
-        assert complete(), "every run gets its START and terminal event after the kill:\n" + tail(
-            tmp_path / "w0.log"
-        )
+        if not complete():
+            kinds = {
+                (o.doc["run"]["facets"]["workflow"]["engineRunId"], o.doc["eventType"]) for o in follower.seen
+            }
+            missing = [rid for rid in starts if (rid, "START") not in kinds]
+            missing_end = [r for r, st in ends.items() if (r, TERMINAL_EVENT_TYPES[st]) not in kinds]
+            logs = "\n".join(f"--- w{i}\n{tail(tmp_path / f'w{i}.log', 25)}" for i in (0, 2))
+            raise AssertionError(
+                f"after the kill, {len(missing)} runs lack START and {len(missing_end)} their terminal "
+                f"event (e.g. {(missing + missing_end)[:3]}):\n{logs}"
+            )
     finally:
         for p in procs:
             stop(p)
