@@ -48,12 +48,39 @@ _DECLARED_TAIL = (
     "time",
 )
 _ENDED_TAIL = ("append_time", "engine_run_id", "status", "end_time", "error")
+_STARTED_TAIL = (
+    "append_time",
+    "engine_run_id",
+    "task_id",
+    "namespace",
+    "workflow_type",
+    "workflow_version",
+    "workflow_instance",
+    "principal",
+    "start_time",
+    "nominal_start_time",
+    "nominal_end_time",
+    "parent",
+    "root",
+    "supersedes",
+)
 
 
 def partition_for(workflow_instance: str, partition_count: int) -> int:
     """The partition every record of a run of `workflow_instance` goes to (stable hash)."""
     digest = hashlib.blake2b(workflow_instance.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % partition_count
+
+
+def _check_field_order() -> None:
+    """The writer passes each record's fields to the encoder as values in schema order."""
+    for record_type, expected in (
+        (RunStarted, _STARTED_TAIL),
+        (DatasetDeclared, _DECLARED_TAIL),
+        (RunEnded, _ENDED_TAIL),
+    ):
+        if tail_fields(record_type) != expected:
+            raise RuntimeError(f"avro/{record_type.__name__}.avsc changed its field order: update writer.py")
 
 
 def _utc_now() -> datetime:
@@ -113,11 +140,7 @@ class EventLogWriter:
         self._pending: list[tuple[int, Callable[[int], bytes]]] = []
         self.records_written = 0
         self._partitions_of: dict[str, int] = {}  # a small cache: instances repeat
-        # The bulk path encodes declarations and ends from their values when the schemas'
-        # field order is the one this module passes (else it builds record objects).
-        self._values_path = (
-            tail_fields(DatasetDeclared) == _DECLARED_TAIL and tail_fields(RunEnded) == _ENDED_TAIL
-        )
+        _check_field_order()
 
     @property
     def partition_count(self) -> int:
@@ -158,7 +181,8 @@ class EventLogWriter:
             self.store.append_many(pending)
             self.records_written += len(pending)
 
-    def _append(self, record: Record) -> None:
+    def append_record(self, record: Record) -> None:
+        """Append a record built elsewhere, in its own `partition`; the store assigns its offset."""
         self._append_build(record.partition, offset_encoder(record))
 
     def _append_build(self, partition: int, build: Callable[[int], bytes]) -> None:
@@ -215,34 +239,32 @@ class EventLogWriter:
         ):
             if type(text) is not str or not text.strip():
                 _require_text(label, text)  # raises, naming the field
-        record = RunStarted(
-            partition=self.partition_for(workflow_instance),
-            offset=0,
-            append_time=append_time,
-            engine_run_id=run_id,
-            task_id=task_id,
-            namespace=namespace,
-            workflow_type=workflow_type,
-            workflow_version=workflow_version,
-            workflow_instance=workflow_instance,
-            start_time=_require_time("start_time", start_time or append_time),
-            principal=_optional_text("principal", principal),
-            nominal_start_time=_optional_time("nominal_start_time", nominal_start_time),
-            nominal_end_time=_optional_time("nominal_end_time", nominal_end_time),
-            parent=parent_ref,
-            root=root_ref,
-            supersedes=_optional_text("supersedes", supersedes),
+        partition = self.partition_for(workflow_instance)
+        start = _require_time("start_time", start_time or append_time)
+        principal = _optional_text("principal", principal)
+        nominal_start_time = _optional_time("nominal_start_time", nominal_start_time)
+        nominal_end_time = _optional_time("nominal_end_time", nominal_end_time)
+        supersedes = _optional_text("supersedes", supersedes)
+        # No record object: the values go straight to the encoder, in schema order (_STARTED_TAIL).
+        values = (
+            append_time,
+            run_id,
+            task_id,
+            namespace,
+            workflow_type,
+            workflow_version,
+            workflow_instance,
+            principal,
+            start,
+            nominal_start_time,
+            nominal_end_time,
+            parent_ref,
+            root_ref,
+            supersedes,
         )
-        self._append(record)
-        ref = RunRef(
-            engine_run_id=run_id,
-            namespace=record.namespace,
-            workflow_type=record.workflow_type,
-            workflow_version=record.workflow_version,
-            workflow_instance=record.workflow_instance,
-            start_time=record.start_time,
-        )
-        return RunHandle(self, ref, record.partition, root_ref, has_parent=parent_ref is not None)
+        self._append_build(partition, values_encoder(RunStarted, partition, values))
+        ref = RunRef(run_id, namespace, workflow_type, workflow_version, workflow_instance, start)
+        return RunHandle(self, ref, partition, root_ref, has_parent=parent_ref is not None)
 
 
 class RunHandle:
@@ -308,14 +330,8 @@ class RunHandle:
         elif type(time) is not datetime or time.tzinfo is None:
             _require_time("time", time)
         run_id = self.ref.engine_run_id
-        if writer._values_path:  # no record object: encode straight from the values
-            values = (append_time, run_id, direction, key, namespace, name, version, time)
-            writer._append_build(self.partition, values_encoder(DatasetDeclared, self.partition, values))
-        else:
-            record = DatasetDeclared(
-                self.partition, 0, append_time, run_id, direction, key, namespace, name, time, version
-            )
-            writer._append(record)
+        values = (append_time, run_id, direction, key, namespace, name, version, time)  # _DECLARED_TAIL
+        writer._append_build(self.partition, values_encoder(DatasetDeclared, self.partition, values))
 
     def dataset_input(
         self, key: str, namespace: str, name: str, version: str | None = None, *, time: datetime | None = None
@@ -350,11 +366,8 @@ class RunHandle:
         writer = self._writer
         append_time = writer.now()
         end = _require_time("end_time", end_time or append_time)
-        if writer._values_path:
-            values = (append_time, self.engine_run_id, parsed, end, error)
-            writer._append_build(self.partition, values_encoder(RunEnded, self.partition, values))
-        else:
-            writer._append(RunEnded(self.partition, 0, append_time, self.engine_run_id, parsed, end, error))
+        values = (append_time, self.engine_run_id, parsed, end, error)  # _ENDED_TAIL
+        writer._append_build(self.partition, values_encoder(RunEnded, self.partition, values))
         self.status = parsed
 
 

@@ -223,7 +223,6 @@ def test_dataset_and_end_validation(writer: EventLogWriter, store: MemoryEventLo
     ended = _records(store)[-1]
     assert isinstance(ended, RunEnded) and ended.error == RunError("gave up", "TimeoutError", "Traceback ...")
     assert len(store.all_rows()) == 2
-    assert writer._values_path  # the bulk path (no record objects) is the one tested here
 
 
 def test_batch_mode_writes_one_transaction(writer: EventLogWriter, store: MemoryEventLogStore) -> None:
@@ -244,17 +243,22 @@ def test_batch_mode_discards_on_error(writer: EventLogWriter, store: MemoryEvent
     assert store.all_rows() == []
 
 
-def test_the_record_path_and_the_values_path_write_the_same_bytes() -> None:
-    stores = []
-    for values_path in (True, False):
-        store = MemoryEventLogStore(partitions=4)
-        clock = _ticking_clock()
-        ids = (f"run-{i}" for i in itertools.count())
-        writer = EventLogWriter(store, clock=lambda c=clock: next(c), new_run_id=lambda i=ids: next(i))
-        writer._values_path = values_path
-        run = _start(writer, instance="same")
-        run.dataset_input("k", "s3://b", "données/x", version="v1")  # type: ignore[attr-defined]
-        run.dataset_output("k2", "file", "/tmp/y")  # type: ignore[attr-defined]
-        run.run_ended("poison", RunError("bad", "PoisonMessage", "trace"))  # type: ignore[attr-defined]
-        stores.append(store.all_rows())
-    assert stores[0] == stores[1] and len(stores[0]) == 4
+def test_append_record_takes_a_ready_record(writer: EventLogWriter, store: MemoryEventLogStore) -> None:
+    record = RunEnded(3, 99, BASE, "external-run", RunStatus.CANCELLED, BASE)
+    writer.append_record(record)
+    writer.append_record(record)
+    rows = store.read(3, -1, 10)
+    assert [decode(r.payload, r.partition, r.offset) for r in rows] == [
+        RunEnded(3, 0, BASE, "external-run", RunStatus.CANCELLED, BASE),
+        RunEnded(3, 1, BASE, "external-run", RunStatus.CANCELLED, BASE),
+    ]
+
+
+def test_a_schema_field_reorder_is_caught_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    import connectors.eventlog.writer as writer_module
+
+    monkeypatch.setattr(
+        writer_module, "_ENDED_TAIL", ("append_time", "engine_run_id", "end_time", "status", "error")
+    )
+    with pytest.raises(RuntimeError, match=r"avro/RunEnded\.avsc changed its field order"):
+        EventLogWriter(MemoryEventLogStore(2))
