@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from faust.streams import _current_event as _CURRENT_EVENT
-from faust.types import TP
 
 from connectors.eventlog import codec
 from connectors.eventlog.records import Record, RunEnded
@@ -73,8 +72,6 @@ class StreamWorker:
         self.cfg = sa.settings.mapping
         self.table = sa.table
         self.store: Any = sa.table.data
-        self.changelog_topic: str = sa.table.changelog_topic.get_topic_name()
-        sender.track_offsets(self.changelog_topic)
         self.sender = sender
         self.retention = Retention(sa.settings.retention_ms)
         self.rescan_needed = True
@@ -122,34 +119,22 @@ class StreamWorker:
         self.overlay[engine_run_id] = (state, event)
 
     def write_overlay(self) -> None:
-        """Write the batch's state to RocksDB and produce it to the table's changelog.
+        """Write the batch's state to the table (RocksDB, and faust's changelog producer).
 
-        The changelog records are exactly what faust's table sends (raw key, raw value, None
-        for a delete, to the partition of the event that changed the key), but through
-        librdkafka, and acknowledged before the batch is acked; faust restores them as usual.
+        faust flushes its producer before it commits offsets, so the changelog is never behind
+        a committed offset; the writes go to the partition of the event that changed the key.
         """
         for rid, (state, event) in self.overlay.items():
             _set_current_event(event)
             key = rid.encode("utf-8")
-            partition = event.message.partition
             if state is None:
-                if self.store._get(key) is None:
-                    continue
-                self.store._del(key)
                 self.cache.pop(rid, None)
-                self.sender.send(self.changelog_topic, key, None, partition=partition)
+                if self.store._get(key) is not None:
+                    del self.table[key]
             else:
-                value = dumps_state(state)
-                self.store._set(key, value)
+                self.table[key] = dumps_state(state)
                 self.remember(rid, state)
-                self.sender.send(self.changelog_topic, key, value, partition=partition)
         self.overlay.clear()
-
-    def persist_changelog_offsets(self) -> None:
-        """Record the acknowledged changelog offsets in RocksDB, as faust's table does after a send."""
-        acked = self.sender.acked_offsets.pop(self.changelog_topic, {})
-        for partition, offset in acked.items():
-            self.store.set_persisted_offset(TP(self.changelog_topic, partition), offset)
 
     def rescan(self) -> None:
         """Rebuild the retention index from the finished runs in the (restored) table."""
@@ -208,12 +193,6 @@ class StreamWorker:
             finally:
                 self.overlay.clear()
                 _CURRENT_EVENT.reset(token)
-            try:
-                await self.sender.flush()
-            except DeliveryError as e:
-                log.critical("changelog %s; exiting without acking the batch", e)
-                os._exit(EX_SEND_FAILED)
-            self.persist_changelog_offsets()
             for event in events:
                 await stream.ack(event)
                 msg = event.message

@@ -35,25 +35,11 @@ class Sender:
         }
         config.update(extra or {})
         self._failure: KafkaError | None = None
-        self._tracked: set[str] = set()
-        # topic -> partition -> highest acknowledged offset (for topics passed to track_offsets)
-        self.acked_offsets: dict[str, dict[int, int]] = {}
         self._producer = Producer(config)
 
-    def track_offsets(self, topic: str) -> None:
-        self._tracked.add(topic)
-
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            if self._failure is None:
-                self._failure = err
-            return
-        topic = msg.topic()
-        if topic in self._tracked:
-            per = self.acked_offsets.setdefault(topic, {})
-            p, off = msg.partition(), msg.offset()
-            if p is not None and off is not None and off > per.get(p, -1):
-                per[p] = off
+        if err is not None and self._failure is None:
+            self._failure = err
 
     def send(
         self,
