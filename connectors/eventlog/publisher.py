@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter, Gauge
 
-from connectors.eventlog.resume import message_key
+from connectors.eventlog.resume import HEADER_OFFSET, HEADER_PARTITION, message_key
 from connectors.eventlog.rowcheck import Headers, RowChecker
 from connectors.eventlog.store import StoredRow
 from olstream.errors import DeliveryError
@@ -107,6 +107,7 @@ class Publisher:
         transactional: bool,
         should_stop: Callable[[], bool] = lambda: False,
         check_bodies: bool = True,
+        offsets_topic: str | None = None,
     ) -> None:
         self._producer = producer
         self._topic = topic
@@ -117,6 +118,9 @@ class Publisher:
         self._keys: dict[int, bytes] = {}
         self._inflight: dict[int, deque[tuple[int, int]]] = {}  # (offset, rows it covers) awaiting reports
         self._fatal: KafkaError | None = None
+        self._offsets_topic = offsets_topic
+        self.produced: dict[int, int] = {}  # log partition -> last offset handed to the producer
+        self._checkpointed: dict[int, int] = {}
         self.acked: dict[int, int] = {}
         self.published = 0
         self.errors = 0
@@ -129,6 +133,7 @@ class Publisher:
 
     def set_acked(self, positions: dict[int, int]) -> None:
         """Mark positions as acknowledged (the start position, or a committed transaction's end)."""
+        self.produced.update({p: o for p, o in positions.items() if o > self.produced.get(p, -1)})
         for partition, offset in positions.items():
             if offset > self.acked.get(partition, -1):
                 self.acked[partition] = offset
@@ -174,8 +179,11 @@ class Publisher:
                     break
                 except BufferError:  # librdkafka's queue is full: Kafka is slow or away
                     if not self._wait_for_room():
+                        if i:
+                            self.produced[partition] = run[i - 1][0].offset
                         return i  # the rows handed over are flushed, just not counted as acked
         self._inflight[partition].append((run[last][0].offset, len(run)))
+        self.produced[partition] = run[last][0].offset
         return len(run)
 
     def _wait_for_room(self) -> bool:
@@ -186,6 +194,31 @@ class Publisher:
             return False
         set_health(True, "publishing")
         return True
+
+    def checkpoint(self, positions: dict[int, int]) -> None:
+        """Record positions in the compacted offsets topic (key = log partition, value = offset).
+
+        Only a lower bound for the resume scan, for log partitions whose last message the
+        records topic's retention already deleted; with transactions it commits with the records.
+        """
+        if self._offsets_topic is None:
+            return
+        for partition, offset in positions.items():
+            if offset < 0 or self._checkpointed.get(partition) == offset:
+                continue
+            key, value = message_key(partition), str(offset).encode()
+            headers: Headers = [(HEADER_PARTITION, key), (HEADER_OFFSET, value)]
+            while True:
+                try:
+                    self._producer.produce(self._offsets_topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    self.poll(0.05)
+            self._checkpointed[partition] = offset
+
+    def forget_checkpoints(self) -> None:
+        """After an aborted transaction its checkpoints are gone: write them again next time."""
+        self._checkpointed.clear()
 
     def on_kafka_error(self, err: KafkaError) -> None:
         """The producer's error_cb: fatal errors stop publishing; others are only logged."""
@@ -265,6 +298,7 @@ class Publisher:
             except BufferError:
                 self.poll(0.05)
         self.errors += 1
+        self.produced[row.partition] = row.offset
         ERRORS.labels(kind="decode").inc()
         if not self._transactional:
             self.flush()  # and this row is in Kafka before anything after it

@@ -49,6 +49,11 @@ class SourceSettings:
     log_level: str = "INFO"
 
     @property
+    def offsets_topic(self) -> str:
+        """The compacted topic of checkpoints (a lower bound of the position per log partition)."""
+        return f"{self.topic}.offsets"
+
+    @property
     def transactional_id(self) -> str:
         """Stable per (topic, log): a restarted connector fences its own zombie, and only it."""
         parts = urlsplit(self.log_url)

@@ -50,6 +50,7 @@ _LIBRDKAFKA_LOG.addFilter(_not_the_gapless_warning)
 
 STORE_ERRORS = (sqlite3.Error, psycopg.Error, OSError)  # what a store raises when its database fails
 EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
+CHECKPOINT_INTERVAL = 5.0  # s between checkpoints to the offsets topic without transactions
 
 
 def check_broker(settings: SourceSettings) -> None:
@@ -74,6 +75,13 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         check_broker(settings)
         for topic in (settings.topic, settings.errors_topic):
             ensure_topic(settings.bootstrap, topic, settings.partitions, timeout=settings.connect_timeout)
+        ensure_topic(
+            settings.bootstrap,
+            settings.offsets_topic,
+            1,
+            config={"cleanup.policy": "compact"},
+            timeout=settings.connect_timeout,
+        )
         transactional_id = settings.transactional_id if settings.exactly_once else None
         config: dict[str, Any] = build_producer_config(settings.bootstrap, transactional_id=transactional_id)
         config["logger"] = _LIBRDKAFKA_LOG
@@ -89,7 +97,7 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         wanted = [p for p, head in heads.items() if head >= 0]
         start = read_resume_positions(
             settings.bootstrap,
-            [settings.topic, settings.errors_topic],
+            [settings.topic, settings.errors_topic, settings.offsets_topic],
             wanted,
             # always: records of aborted transactions (an earlier --exactly-once run) never count
             read_committed=True,
@@ -148,6 +156,7 @@ class _SourceLoop:
             transactional=settings.exactly_once,
             should_stop=stop.is_set,
             check_bodies=settings.check_bodies,
+            offsets_topic=settings.offsets_topic,
         )
         self.publisher.set_acked(start)
         self._tailer = LogTailer(store, start, settings.tailer, on_gap=self._gap)
@@ -164,6 +173,7 @@ class _SourceLoop:
         s = self._s
         last_activity = time.monotonic()
         next_metrics = 0.0
+        next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL
         busy_since: float | None = None  # first rows read
         caught_up_at: float | None = None  # everything read so far acknowledged
         failed = False
@@ -210,6 +220,9 @@ class _SourceLoop:
             if now >= next_metrics:
                 next_metrics = now + 1.0
                 self._update_metrics()
+            if not s.exactly_once and now >= next_checkpoint:
+                next_checkpoint = now + CHECKPOINT_INTERVAL
+                self.publisher.checkpoint(self.publisher.acked)
         self._finish()
         self._update_metrics()
         if busy_since is not None:
@@ -227,7 +240,9 @@ class _SourceLoop:
     def _finish(self) -> None:
         if self._in_txn:
             self._commit()
-        else:
+        elif not self._s.exactly_once:
+            self.publisher.flush()
+            self.publisher.checkpoint(self.publisher.acked)
             self.publisher.flush()
 
     def _begin(self) -> None:
@@ -240,11 +255,16 @@ class _SourceLoop:
             ) from e
 
     def _commit(self) -> None:
-        """Commit the open transaction; on an abortable error abort it and read its rows again."""
+        """Commit the open transaction (with its checkpoint); on an abortable error abort it and
+        read its rows again."""
+        positions = dict(self.publisher.produced)  # not the tailer's: a stop may cut a batch short
+        self.publisher.checkpoint(positions)
         if self._retry_txn_call("commit", self._producer.commit_transaction):
-            self._committed = self._tailer.positions
+            self._committed = positions
             self.publisher.set_acked(self._committed)
         else:
+            self.publisher.forget_checkpoints()
+            self.publisher.produced = dict(self._committed)
             self._retry_txn_call("abort", self._producer.abort_transaction)
             self.publisher.forget_in_flight()
             self._tailer.reset(self._committed)

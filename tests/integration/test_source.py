@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from connectors.eventlog import codec
 from olstream.infra import kafka, postgres
@@ -317,3 +319,30 @@ def test_it_tails_new_rows_serves_metrics_and_stops_cleanly_on_sigterm(
             proc.wait()
     assert "got SIGTERM: flushing and stopping" in log_path.read_text()
     assert_complete_and_ordered(read_topic(kafka_bootstrap, unique_topic), rows, exactly_once=True)
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+def test_positions_survive_retention_deleting_the_records_topic(
+    exactly_once, tmp_path, kafka_bootstrap, unique_topic, olstream_cmd, subprocess_env  # type: ignore[no-untyped-def]
+) -> None:
+    """The tail of the records topic is gone (retention): the offsets topic still says where to go on."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    write_log(url, 2_000)
+    extra = ("--exactly-once",) if exactly_once else ()
+    first = run_source(olstream_cmd, subprocess_env, url, unique_topic, *extra)
+    assert first.returncode == 0, first.stderr[-3000:]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    parts = admin.list_topics(unique_topic, timeout=10).topics[unique_topic].partitions
+    futures = admin.delete_records([TopicPartition(unique_topic, p, OFFSET_END) for p in parts])
+    for future in futures.values():
+        future.result(timeout=30)
+    write_log(url, 300, seed=5)
+    second = run_source(olstream_cmd, subprocess_env, url, unique_topic, *extra)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert _published_count(second.stderr) == len(read_rows(url)) - _published_count(first.stderr)
+
+
+def _published_count(stderr: str) -> int:
+    found = re.search(r"stopped: (\d+) records published", stderr)
+    assert found is not None, stderr[-2000:]
+    return int(found.group(1))
