@@ -271,6 +271,7 @@ def main() -> int:
     )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of the throughput runs (best counts)")
+    parser.add_argument("--settle", type=float, default=5.0, help="pause before each throughput run, s")
     args = parser.parse_args()
     ok = True
     with tempfile.TemporaryDirectory(prefix="olstream-bench-source-") as tmp:
@@ -291,6 +292,7 @@ def main() -> int:
             ]
             for _ in range(args.repeat):
                 for name in names:
+                    time.sleep(args.settle)  # let the broker write out the previous run first
                     if name.startswith("raw"):
                         wall, cpu = raw_produce(args.bootstrap, rows, with_headers="headers" in name)
                     else:
