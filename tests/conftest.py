@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -49,6 +50,17 @@ def _slug(request: pytest.FixtureRequest) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:60]
 
 
+def _stop_services_on_sigterm() -> None:
+    """Turn SIGTERM (e.g. `timeout pytest ...`) into KeyboardInterrupt, so the session's teardown still
+    stops the broker and the server (they run in their own sessions and would outlive pytest)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def _private_tmpdir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     path.chmod(0o755)  # PostgreSQL runs as the `postgres` account when the tests run as root
@@ -61,6 +73,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
+    _stop_services_on_sigterm()
     data_dir = _private_tmpdir("olstream-kafka-")
     version = os.environ.get("OLSTREAM_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
     state = None
@@ -119,6 +132,7 @@ def postgres_server() -> Iterator[str]:
     if external:
         yield external
         return
+    _stop_services_on_sigterm()
     data_dir = _private_tmpdir("olstream-pg-")
     state = None
     try:
