@@ -314,7 +314,9 @@ def peek_record_name(data: bytes, partition: int | None = None, offset: int | No
     return ws.record_name
 
 
-_DECODE_ERRORS = (EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError)
+_DECODE_ERRORS = (
+    EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError, OverflowError,
+)
 
 
 def decode(data: bytes, partition: int | None = None, offset: int | None = None) -> Record:

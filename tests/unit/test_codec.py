@@ -342,3 +342,24 @@ def test_values_encoder_names_a_bad_field() -> None:
     values = tuple(datetime(2024, 1, 1) if n == "time" else getattr(record, n) for n in names)
     with pytest.raises(ValueError, match="cannot encode DatasetDeclared: field 'time'"):
         codec.values_encoder(DatasetDeclared, 0, values)
+
+
+def test_an_out_of_range_timestamp_raises_decode_error() -> None:
+    schema = codec.current_schemas()["RunEnded"]
+    body = io.BytesIO()
+    fastavro.schemaless_writer(
+        body,
+        schema.parsed,
+        {
+            "partition": 2,
+            "offset": 9,
+            "append_time": 0,
+            "engine_run_id": "r",
+            "status": "completed",
+            "end_time": 2**62,  # far beyond datetime.max
+            "error": None,
+        },
+    )
+    data = codec.MAGIC + schema.fingerprint + body.getvalue()
+    with pytest.raises(DecodeError, match="partition 2, offset 9"):
+        codec.decode(data, 2, 9)
