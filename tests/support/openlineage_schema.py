@@ -23,7 +23,6 @@ def spec_dir() -> Path | None:
     env = os.environ.get(SPEC_ENV)
     candidates = [Path(env)] if env else []
     here = Path(__file__).resolve()
-    candidates.append(here.parent / "openlineage-spec")  # vendored copy, so a clean clone has it
     candidates += [p / "shared" / "openlineage-spec" for p in here.parents]
     for c in candidates:
         if (c / "OpenLineage.json").is_file():

@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-_VENDORED_SPEC = Path(__file__).resolve().parent / "openlineage-spec"
-_SHARED_SPEC = Path(__file__).resolve().parents[3] / "shared" / "openlineage-spec"
-SPEC = _VENDORED_SPEC if _VENDORED_SPEC.is_dir() else _SHARED_SPEC
-EXAMPLE = SPEC / "tests" / "example_full_event.json"
+from tests.support.openlineage_schema import spec_dir
+
+_SPEC = spec_dir()
+EXAMPLE = (_SPEC or Path("/nonexistent")) / "tests" / "example_full_event.json"
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
