@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import olstream
@@ -157,12 +158,153 @@ def canonical_bytes(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+# ---------------------------------------------------------------- fast path
+# The same bytes as ``canonical_bytes(build_event(...))``, written directly: the static parts
+# per config are JSON-encoded once, every string value goes through the encoder's own string
+# function (``ensure_ascii=False``), so escaping and key order are exactly json.dumps'.
+
+_q = json.encoder.encode_basestring  # the C function json.dumps(..., ensure_ascii=False) uses
+
+
+@dataclass(frozen=True, slots=True)
+class _Fragments:
+    head: str  # '{"eventTime":'
+    after_time: str  # ',"producer":...,"eventType":'
+    parent: str  # run facets: each without a separating comma
+    nominal: str
+    engine: str
+    workflow: str
+    error: str
+    job_facets: str  # ',"facets":{"jobType":{...}}}'
+    version: str
+
+
+@cache
+def _fragments(cfg: MappingConfig) -> _Fragments:
+    def prefix(url: str) -> str:
+        return f'{{"_producer":{_q(cfg.producer)},"_schemaURL":{_q(url)}'
+
+    engine = _facet(cfg, PROCESSING_ENGINE_SCHEMA_URL)
+    engine["version"] = olstream.__version__
+    engine["name"] = "olstream"
+    engine["openlineageAdapterVersion"] = olstream.__version__
+    job_type = _facet(cfg, JOB_TYPE_SCHEMA_URL)
+    job_type["processingType"] = "BATCH"
+    job_type["integration"] = cfg.integration
+    job_type["jobType"] = cfg.job_type
+    return _Fragments(
+        head='{"eventTime":',
+        after_time=f',"producer":{_q(cfg.producer)},"schemaURL":{_q(OPENLINEAGE_SCHEMA_URL)},"eventType":',
+        parent='"parent":' + prefix(PARENT_SCHEMA_URL),
+        nominal='"nominalTime":' + prefix(NOMINAL_TIME_SCHEMA_URL),
+        engine='"processing_engine":' + json.dumps(engine, separators=(",", ":"), ensure_ascii=False),
+        workflow='"workflow":' + prefix(WORKFLOW_FACET_SCHEMA_URL),
+        error='"errorMessage":' + prefix(ERROR_MESSAGE_SCHEMA_URL),
+        job_facets=',"facets":{"jobType":'
+        + json.dumps(job_type, separators=(",", ":"), ensure_ascii=False)
+        + "}}",
+        version=',"facets":{"version":' + prefix(DATASET_VERSION_SCHEMA_URL) + ',"datasetVersion":',
+    )
+
+
+def _job_ref_json(j: JobRun) -> str:
+    return f'{{"namespace":{_q(j.namespace)},"name":{_q(j.name)}}}'
+
+
+def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
+    parts = []
+    for d in refs:
+        if d.version is None:
+            parts.append(f'{{"namespace":{_q(d.namespace)},"name":{_q(d.name)}}}')
+        else:
+            parts.append(
+                f'{{"namespace":{_q(d.namespace)},"name":{_q(d.name)}{f.version}{_q(d.version)}}}}}}}'
+            )
+    return "[" + ",".join(parts) + "]"
+
+
+def _event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
+    f = _fragments(cfg)
+    end = s.end
+    if terminal:
+        if end is None:
+            raise ValueError(f"run {s.engine_run_id} has not ended: no terminal event")
+        event_type, event_time = TERMINAL_EVENT_TYPES[end.status], end.end_time
+        inputs, outputs = s.inputs, s.outputs
+    else:
+        event_type, event_time = "START", s.start_time
+        inputs, outputs = s.inputs[: s.inputs_at_start], s.outputs[: s.outputs_at_start]
+    facets: list[str] = []
+    if s.parent is not None:
+        parent = f'{f.parent},"run":{{"runId":{_q(s.parent.run_id)}}},"job":{_job_ref_json(s.parent)}'
+        if s.root is not None:
+            parent += f',"root":{{"run":{{"runId":{_q(s.root.run_id)}}},"job":{_job_ref_json(s.root)}}}'
+        facets.append(parent + "}")
+    if s.nominal_start_time is not None:
+        nominal = f'{f.nominal},"nominalStartTime":{_q(s.nominal_start_time)}'
+        if s.nominal_end_time is not None:
+            nominal += f',"nominalEndTime":{_q(s.nominal_end_time)}'
+        facets.append(nominal + "}")
+    facets.append(f.engine)
+    workflow = [
+        f.workflow,
+        ',"taskId":',
+        _q(s.task_id),
+        ',"workflowType":',
+        _q(s.workflow_type),
+        ',"workflowVersion":',
+        _q(s.workflow_version),
+        ',"workflowInstance":',
+        _q(s.workflow_instance),
+        ',"engineRunId":',
+        _q(s.engine_run_id),
+    ]
+    if s.principal is not None:
+        workflow += [',"principal":', _q(s.principal)]
+    if s.supersedes is not None:
+        workflow += [',"supersedes":', _q(s.supersedes)]
+    if terminal and end is not None:
+        workflow += [',"status":', _q(end.status)]
+        if end.error_type is not None:
+            workflow += [',"errorType":', _q(end.error_type)]
+    workflow.append("}")
+    facets.append("".join(workflow))
+    if terminal and end is not None and event_type == "FAIL":
+        message = end.error_message or f"workflow run ended with status {end.status}"
+        error = f'{f.error},"message":{_q(message)},"programmingLanguage":{_q(cfg.programming_language)}'
+        if end.stack_trace is not None:
+            error += f',"stackTrace":{_q(end.stack_trace)}'
+        facets.append(error + "}")
+    return "".join(
+        (
+            f.head,
+            _q(event_time),
+            f.after_time,
+            _q(event_type),
+            ',"run":{"runId":',
+            _q(s.run.run_id),
+            ',"facets":{',
+            ",".join(facets),
+            '}},"job":{"namespace":',
+            _q(s.run.namespace),
+            ',"name":',
+            _q(s.run.name),
+            f.job_facets,
+            ',"inputs":',
+            _datasets_json(f, inputs),
+            ',"outputs":',
+            _datasets_json(f, outputs),
+            "}",
+        )
+    ).encode("utf-8")
+
+
 def start_event(cfg: MappingConfig, s: RunState) -> bytes:
-    return canonical_bytes(build_event(cfg, s, terminal=False))
+    return _event_bytes(cfg, s, terminal=False)
 
 
 def terminal_event(cfg: MappingConfig, s: RunState) -> bytes:
-    return canonical_bytes(build_event(cfg, s, terminal=True))
+    return _event_bytes(cfg, s, terminal=True)
 
 
 def event_key(s: RunState) -> bytes:

@@ -314,3 +314,54 @@ def test_event_time_from_the_record_not_the_clock() -> None:
     late = T0 + timedelta(days=400, microseconds=1)
     _, end = Harness().feed(started(), ended(at=late))
     assert doc(end)["eventTime"] == "2027-02-06T03:04:05.123457Z"
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CFG,
+        MappingConfig(
+            producer='p"\\é\u2028😀', job_prefix="x/é", integration="I\n", programming_language="py\x00"
+        ),
+    ],
+)
+def test_written_bytes_equal_json_dumps_of_the_reference_document(cfg: MappingConfig) -> None:
+    from dataclasses import replace
+
+    from streams.mapping import build_event, start_event, terminal_event
+    from streams.state import DatasetRef
+
+    odd = '"\\\n\t\x01é\u2028</😀'
+    root = ref_of(started("root", wtype="daily"))
+    parent = ref_of(started("p", wtype="hourly", parent=root, root=root))
+    h = Harness(cfg)
+    h.feed(
+        started("a", nominal=True, principal=None),
+        declared("a", name="in1", version="v1"),
+        declared("a", name="out1", direction=Direction.OUTPUT),
+        ended("a", status=RunStatus.FAILED, error=RunError(message="", type="E", stack_trace="tb")),
+        started("b", parent=parent, root=root, supersedes="a"),
+        ended("b", status=RunStatus.CANCELLED),
+        started("c", parent=parent),
+        ended("c"),
+    )
+    states = list(h.table.values())
+    variants = [*states]
+    for s in states:
+        variants.append(
+            replace(
+                s,
+                principal=odd,
+                task_id=odd,
+                nominal_start_time=odd,
+                nominal_end_time=None,
+                inputs=(*s.inputs, DatasetRef(odd, odd, odd), DatasetRef("n", odd)),
+                inputs_at_start=1,
+            )
+        )
+        if s.end is not None:
+            variants.append(replace(s, end=replace(s.end, status="poison", error_message="", error_type=odd)))
+    for s in variants:
+        assert start_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=False))
+        if s.end is not None:
+            assert terminal_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=True))
