@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +96,38 @@ class RunState:
     outputs_at_start: int = 0
     end: RunEnd | None = None
     home: int = 0  # the input (Kafka) partition whose changelog holds this state
+
+    def evolve(
+        self,
+        inputs: tuple[DatasetRef, ...] | None = None,
+        outputs: tuple[DatasetRef, ...] | None = None,
+        end: RunEnd | None = None,
+    ) -> RunState:
+        """A copy with new datasets or a new end (``dataclasses.replace`` costs ~3x as much)."""
+        return RunState(
+            engine_run_id=self.engine_run_id,
+            task_id=self.task_id,
+            namespace=self.namespace,
+            workflow_type=self.workflow_type,
+            workflow_version=self.workflow_version,
+            workflow_instance=self.workflow_instance,
+            principal=self.principal,
+            start_time=self.start_time,
+            start_ms=self.start_ms,
+            nominal_start_time=self.nominal_start_time,
+            nominal_end_time=self.nominal_end_time,
+            supersedes=self.supersedes,
+            run=self.run,
+            parent=self.parent,
+            root=self.root,
+            start_position=self.start_position,
+            inputs=self.inputs if inputs is None else inputs,
+            outputs=self.outputs if outputs is None else outputs,
+            inputs_at_start=self.inputs_at_start,
+            outputs_at_start=self.outputs_at_start,
+            end=self.end if end is None else end,
+            home=self.home,
+        )
 
     @property
     def tree_root(self) -> JobRun:
@@ -303,8 +335,8 @@ def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
         )
     added = (*current, DatasetRef(record.dataset_namespace, record.dataset_name, record.version))
     if record.direction is Direction.INPUT:
-        return replace(state, inputs=added)
-    return replace(state, outputs=added)
+        return state.evolve(inputs=added)
+    return state.evolve(outputs=added)
 
 
 def end(state: RunState, record: RunEnded) -> RunState | None:
@@ -331,4 +363,4 @@ def end(state: RunState, record: RunEnded) -> RunState | None:
         stack_trace=None if err is None else err.stack_trace,
         position=(record.partition, record.offset),
     )
-    return replace(state, end=finished)
+    return state.evolve(end=finished)

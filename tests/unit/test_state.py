@@ -68,3 +68,35 @@ def test_state_after_end_keeps_datasets() -> None:
     s = build(started(), declared(name="x"), declared(name="y", offset=2), ended(at=T0 + timedelta(hours=2)))
     assert [d.name for d in s.inputs] == ["x", "y"]
     assert s.end is not None and s.end.status == "completed"
+
+
+def test_evolve_copies_every_field() -> None:
+    from dataclasses import fields, replace
+
+    from streams.state import DatasetRef, JobRun, RunEnd
+
+    j = JobRun("n", "j", "r")
+    values: dict[str, object] = {
+        f.name: f"{f.name}-v" if f.type in ("str", "str | None") else None for f in fields(RunState)
+    }
+    values.update(
+        start_ms=5,
+        run=j,
+        parent=JobRun("n", "p", "pr"),
+        root=JobRun("n", "q", "qr"),
+        start_position=(1, 2),
+        inputs=(DatasetRef("a", "b"),),
+        outputs=(DatasetRef("c", "d", "v"),),
+        inputs_at_start=1,
+        outputs_at_start=1,
+        end=RunEnd("completed", "t", 7),
+        home=3,
+    )
+    s = RunState(**values)  # type: ignore[arg-type]
+    assert all(getattr(s, f.name) is not None for f in fields(RunState)), "give every field a value"
+    assert s.evolve() == s
+    added = (DatasetRef("x", "y"),)
+    other_end = RunEnd("failed", "u", 8)
+    assert s.evolve(inputs=added) == replace(s, inputs=added)
+    assert s.evolve(outputs=added) == replace(s, outputs=added)
+    assert s.evolve(end=other_end) == replace(s, end=other_end)
