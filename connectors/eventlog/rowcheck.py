@@ -15,6 +15,7 @@ import fastavro
 from fastavro.schema import parse_schema
 
 from connectors.eventlog import codec
+from connectors.eventlog.avro_check import BodyCheck, UnsupportedSchema, compile_body_check
 from connectors.eventlog.resume import HEADER_OFFSET, HEADER_PARTITION
 from connectors.eventlog.store import StoredRow
 
@@ -73,6 +74,7 @@ class _KnownSchema:
     fingerprint_hex: bytes
     checker: Any
     timestamps: tuple[tuple[str, ...], ...]
+    walk: BodyCheck | None
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -114,7 +116,11 @@ class RowChecker:
             # (not parsed again per row); timestamps are range-checked as decode() would.
             plain = parse_schema(_without_logical_types(ws.parsed))
             stamps = _timestamp_paths(ws.parsed)
-            self._schemas[fp] = _KnownSchema(ws.record_name.encode(), fp.hex().encode(), plain, stamps)
+            try:
+                walk: BodyCheck | None = compile_body_check(ws.parsed)
+            except UnsupportedSchema:
+                walk = None  # fastavro alone decides
+            self._schemas[fp] = _KnownSchema(ws.record_name.encode(), fp.hex().encode(), plain, stamps, walk)
 
     def headers_for(self, row: StoredRow) -> Headers | str:
         """The message headers for a good row, or the reason the row does not decode."""
@@ -125,7 +131,16 @@ class RowChecker:
         if known is None:
             return f"unknown writer-schema fingerprint {data[2 : codec.HEADER_LEN].hex()}"
         where: tuple[object, object] | None
-        if self._check_bodies:
+        walked = None
+        if self._check_bodies and known.walk is not None:
+            # Cheap: accepts only bodies fastavro reads to their end with in-range timestamps;
+            # anything else goes to fastavro below, which decides and names the reason.
+            walked = known.walk(data, codec.HEADER_LEN)
+            if walked is not None and walked[2] != len(data):
+                walked = None
+        if walked is not None:
+            where = (walked[0], walked[1])
+        elif self._check_bodies:
             buf = io.BytesIO(data)
             buf.seek(codec.HEADER_LEN)
             try:
