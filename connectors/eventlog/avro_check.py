@@ -68,12 +68,16 @@ class _Emitter:
         self.named[str(schema["name"]).rsplit(".", 1)[-1]] = schema
 
     def long(self, ind: str) -> None:
-        """Leaves the value in `v`."""
+        """Leaves the value in `v` (one- and two-byte varints inline)."""
         self.lines += [
             f"{ind}b = data[pos]",
             f"{ind}if b < 128:",
             f"{ind}    v = (b >> 1) ^ -(b & 1)",
             f"{ind}    pos += 1",
+            f"{ind}elif data[pos + 1] < 128:",
+            f"{ind}    n = (b & 127) | (data[pos + 1] << 7)",
+            f"{ind}    v = (n >> 1) ^ -(n & 1)",
+            f"{ind}    pos += 2",
             f"{ind}else:",
             f"{ind}    v, pos = read_long(data, pos)",
         ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -75,26 +75,6 @@ def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str
     return config
 
 
-def _runs_of_good_rows(
-    checked: list[tuple[StoredRow, Headers | str]],
-) -> Iterator[list[tuple[StoredRow, Headers]] | tuple[StoredRow, str]]:
-    """Consecutive good rows of one partition as lists; each bad row alone as (row, reason)."""
-    run: list[tuple[StoredRow, Headers]] = []
-    for row, headers in checked:
-        if isinstance(headers, str):
-            if run:
-                yield run
-                run = []
-            yield row, headers
-            continue
-        if run and run[0][0].partition != row.partition:
-            yield run
-            run = []
-        run.append((row, headers))
-    if run:
-        yield run
-
-
 class Publisher:
     """Publishes rows to the records topic (or the errors topic) and tracks what Kafka acknowledged."""
 
@@ -147,16 +127,36 @@ class Publisher:
         covers every message before it.
         """
         check = self._checker.headers_for
+        produce_run = self._produce_run
         done = 0
-        for run in _runs_of_good_rows([(row, check(row)) for row in rows]):
-            if isinstance(run, tuple):  # a row that does not decode
-                self._publish_error(*run)
+        run: list[tuple[StoredRow, Headers]] = []  # consecutive good rows of one partition
+        append = run.append
+        for row in rows:
+            headers = check(row)
+            if isinstance(headers, str):  # a row that does not decode
+                if run:
+                    handed = produce_run(run)
+                    done += handed
+                    if handed < len(run):
+                        return done  # stopped while Kafka applied back-pressure
+                    run = []
+                    append = run.append
+                self._publish_error(row, headers)
                 done += 1
                 continue
-            handed = self._produce_run(run)
+            if run and run[0][0].partition != row.partition:
+                handed = produce_run(run)
+                done += handed
+                if handed < len(run):
+                    return done
+                run = []
+                append = run.append
+            append((row, headers))
+        if run:
+            handed = produce_run(run)
             done += handed
             if handed < len(run):
-                return done  # stopped while Kafka applied back-pressure
+                return done
         self.poll(0)
         return done
 
@@ -169,22 +169,41 @@ class Publisher:
             self._inflight[partition] = deque()
         produce, topic = self._producer.produce, self._topic
         last = len(run) - 1
-        for i, (row, headers) in enumerate(run):
-            while True:
-                try:
-                    if i == last:
-                        produce(topic, row.payload, key, headers=headers, on_delivery=self._delivered)
-                    else:
-                        produce(topic, row.payload, key, headers=headers)
-                    break
-                except BufferError:  # librdkafka's queue is full: Kafka is slow or away
-                    if not self._wait_for_room():
-                        if i:
-                            self.produced[partition] = run[i - 1][0].offset
-                        return i  # the rows handed over are flushed, just not counted as acked
-        self._inflight[partition].append((run[last][0].offset, len(run)))
-        self.produced[partition] = run[last][0].offset
+        for i in range(last):
+            row, headers = run[i]
+            try:
+                produce(topic, row.payload, key, headers=headers)
+            except BufferError:  # librdkafka's queue is full: Kafka is slow or away
+                if not self._produce_when_room(row.payload, key, headers, report=False):
+                    if i:
+                        self.produced[partition] = run[i - 1][0].offset
+                    return i  # the rows handed over are flushed, just not counted as acked
+        row, headers = run[last]
+        try:
+            produce(topic, row.payload, key, headers=headers, on_delivery=self._delivered)
+        except BufferError:
+            if not self._produce_when_room(row.payload, key, headers, report=True):
+                if last:
+                    self.produced[partition] = run[last - 1][0].offset
+                return last
+        self._inflight[partition].append((row.offset, len(run)))
+        self.produced[partition] = row.offset
         return len(run)
+
+    def _produce_when_room(self, value: bytes, key: bytes, headers: Headers, *, report: bool) -> bool:
+        """Wait for room in the producer's queue and produce; False when asked to stop first."""
+        while True:
+            if not self._wait_for_room():
+                return False
+            produce, topic = self._producer.produce, self._topic
+            try:
+                if report:
+                    produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                else:
+                    produce(topic, value, key, headers=headers)
+                return True
+            except BufferError:
+                continue
 
     def _wait_for_room(self) -> bool:
         """Serve delivery reports until the producer has room; False when asked to stop."""

@@ -75,6 +75,8 @@ class _KnownSchema:
     checker: Any
     timestamps: tuple[tuple[str, ...], ...]
     walk: BodyCheck | None
+    type_header: tuple[str, bytes]
+    fingerprint_header: tuple[str, bytes]
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -109,7 +111,7 @@ class RowChecker:
 
     def __init__(self, *, check_bodies: bool = True) -> None:
         self._check_bodies = check_bodies
-        self._partition_headers: dict[int, bytes] = {}
+        self._partition_headers: dict[int, tuple[str, bytes]] = {}
         self._schemas: dict[bytes, _KnownSchema] = {}
         for fp, ws in codec.known_writer_schemas().items():
             # Without logical types (no datetime built per field) but with fastavro's parsed hint
@@ -120,7 +122,10 @@ class RowChecker:
                 walk: BodyCheck | None = compile_body_check(ws.parsed)
             except UnsupportedSchema:
                 walk = None  # fastavro alone decides
-            self._schemas[fp] = _KnownSchema(ws.record_name.encode(), fp.hex().encode(), plain, stamps, walk)
+            name, hex_fp = ws.record_name.encode(), fp.hex().encode()
+            self._schemas[fp] = _KnownSchema(
+                name, hex_fp, plain, stamps, walk, (HEADER_TYPE, name), (HEADER_FINGERPRINT, hex_fp)
+            )
 
     def headers_for(self, row: StoredRow) -> Headers | str:
         """The message headers for a good row, or the reason the row does not decode."""
@@ -161,12 +166,14 @@ class RowChecker:
             return f"record names position {where}, not its row's ({row.partition}, {row.offset})"
         partition_header = self._partition_headers.get(row.partition)
         if partition_header is None:
-            partition_header = self._partition_headers[row.partition] = str(row.partition).encode()
+            partition_header = (HEADER_PARTITION, str(row.partition).encode())
+            self._partition_headers[row.partition] = partition_header
+        # the same immutable tuples for every row: only the offset header is new per row
         return [
-            (HEADER_PARTITION, partition_header),
+            partition_header,
             (HEADER_OFFSET, str(row.offset).encode()),
-            (HEADER_TYPE, known.record_name),
-            (HEADER_FINGERPRINT, known.fingerprint_hex),
+            known.type_header,
+            known.fingerprint_header,
         ]
 
     def error_headers(self, row: StoredRow, reason: str) -> Headers:
