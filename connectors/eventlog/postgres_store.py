@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from connectors.eventlog.store import StoredRow
+from connectors.eventlog.store import FixedPartitions, StoredRow
 from olstream.errors import InfrastructureError
 from olstream.logs import redact, register_secret
 
@@ -49,7 +49,7 @@ def _register_password(url: str) -> None:
         register_secret(str(password))
 
 
-class PostgresEventLogStore:
+class PostgresEventLogStore(FixedPartitions):
     """An event log in PostgreSQL; any number of writer and reader processes."""
 
     def __init__(self, url: str, conn: psycopg.Connection[Any], partition_count: int) -> None:
@@ -108,17 +108,8 @@ class PostgresEventLogStore:
                 raise ValueError(f"the event log has {count} partitions, not the {partitions} asked for")
             return count
 
-    def partitions(self) -> list[int]:
-        return list(range(self._partition_count))
-
-    def _check_partition(self, partition: int) -> None:
-        if not 0 <= partition < self._partition_count:
-            raise ValueError(f"partition {partition} out of range 0..{self._partition_count - 1}")
-
     def read(self, partition: int, after_offset: int, limit: int) -> list[StoredRow]:
-        self._check_partition(partition)
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+        self._check_read(partition, limit)
         self._listener()  # LISTEN before the first read: no append after it goes unnoticed
         with self._lock:
             rows = self._conn.execute(

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from connectors.eventlog.store import StoredRow
+from connectors.eventlog.store import FixedPartitions, StoredRow
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def path_from_url(url: str) -> Path:
     return Path(rest)
 
 
-class SqliteEventLogStore:
+class SqliteEventLogStore(FixedPartitions):
     """An event log in one SQLite file; safe for one writer and many readers, across processes."""
 
     def __init__(self, url: str, conn: sqlite3.Connection, partition_count: int) -> None:
@@ -117,17 +117,8 @@ class SqliteEventLogStore:
         with self._lock:
             return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def partitions(self) -> list[int]:
-        return list(range(self._partition_count))
-
-    def _check_partition(self, partition: int) -> None:
-        if not 0 <= partition < self._partition_count:
-            raise ValueError(f"partition {partition} out of range 0..{self._partition_count - 1}")
-
     def read(self, partition: int, after_offset: int, limit: int) -> list[StoredRow]:
-        self._check_partition(partition)
-        if limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+        self._check_read(partition, limit)
         with self._lock:
             rows = self._conn.execute(
                 'SELECT "offset", payload FROM events WHERE "partition" = ? AND "offset" > ? '

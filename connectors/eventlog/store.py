@@ -19,6 +19,24 @@ class StoredRow:
     payload: bytes
 
 
+class FixedPartitions:
+    """What both stores share: a partition count fixed when the log was created, and its checks."""
+
+    _partition_count: int
+
+    def partitions(self) -> list[int]:
+        return list(range(self._partition_count))
+
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self._partition_count:
+            raise ValueError(f"partition {partition} out of range 0..{self._partition_count - 1}")
+
+    def _check_read(self, partition: int, limit: int) -> None:
+        self._check_partition(partition)
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+
+
 class EventLogStore(Protocol):
     url: str
 
