@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -21,22 +20,13 @@ from tests.support.sink_harness import (
     committed_total,
     run_sink,
     start_sink,
+    terminate,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MakeTopic = Callable[..., str]
 OUTAGE_SECONDS = 60
-
-
-def stop(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait()
 
 
 def test_a_60_second_outage_and_a_hanging_receiver_are_recovered_without_loss(
@@ -66,7 +56,7 @@ def test_a_60_second_outage_and_a_hanging_receiver_are_recovered_without_loss(
             assert delivered, log.read_text()[-3000:]
             time.sleep(1.5)  # one commit interval
         finally:
-            rc = stop(sink)
+            rc = terminate(sink)
         accepted = receiver.accepted
         assert receiver.invalid == []
     text = log.read_text()

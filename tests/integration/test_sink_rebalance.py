@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -18,6 +16,7 @@ from tests.support.sink_harness import (
     assert_all_delivered_in_order,
     committed_total,
     start_sink,
+    terminate,
 )
 
 pytestmark = pytest.mark.integration
@@ -31,16 +30,6 @@ METRICS = (
     "olstream_sink_in_flight",
     "olstream_sink_lag",
 )
-
-
-def terminate(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait()
 
 
 def test_partitions_moving_to_a_second_sink_lose_nothing_and_keep_order(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,17 @@ OLSTREAM = (
         "olstream",
     ]
 )
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM (a graceful stop), SIGKILL after 30 s; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
 
 
 def sink_command(bootstrap: str, topic: str, group: str, *extra: str) -> list[str]:
