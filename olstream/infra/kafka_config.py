@@ -8,6 +8,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from olstream.infra.process import cache_home, state_home
+
 DEFAULT_KAFKA_VERSION = "4.4.0"
 DEFAULT_PORT = 9092
 DEFAULT_HOST = "127.0.0.1"
@@ -68,14 +70,6 @@ def kafka_major(version: str) -> int:
 def logging_profile(version: str) -> str:
     """The Maven profile of infra/kafka/pom.xml that adds the right logging binding."""
     return "log4j2" if kafka_major(version) >= 4 else "reload4j"
-
-
-def state_home() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-
-
-def cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
 def default_data_dir() -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from olstream.errors import ConfigError, InfrastructureError
-from olstream.infra.process import pid_alive, port_free, stop_pid, tail
+from olstream.infra.process import cache_home, pid_alive, port_free, state_home, stop_pid, tail
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +37,12 @@ POM = REPO_ROOT / "infra" / "marquez" / "pom.xml"
 CONFIG_TEMPLATE = REPO_ROOT / "infra" / "marquez" / "marquez.yml"
 
 
-def _home(var: str, default: Path) -> Path:
-    return Path(os.environ.get(var) or default)
-
-
 def default_data_dir() -> Path:
-    return _home("XDG_STATE_HOME", Path.home() / ".local" / "state") / "olstream" / "marquez"
+    return state_home() / "olstream" / "marquez"
 
 
 def jar_dir(version: str) -> Path:
-    return _home("XDG_CACHE_HOME", Path.home() / ".cache") / "olstream" / "marquez" / version / "libs"
+    return cache_home() / "olstream" / "marquez" / version / "libs"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from olstream.errors import InfrastructureError
 from olstream.infra import process
-from olstream.infra.kafka_config import state_home
+from olstream.infra.process import state_home
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Process helpers shared by the local services: pid checks, stopping by pid, ports, log tails."""
+"""Helpers shared by the local services: pid checks, stopping by pid, ports, log tails, XDG folders."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def state_home() -> Path:
+    """`$XDG_STATE_HOME`, else ~/.local/state: where the services keep their data dirs."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+
+
+def cache_home() -> Path:
+    """`$XDG_CACHE_HOME`, else ~/.cache: where resolved jars are cached per version."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
 def pid_alive(pid: int) -> bool:
