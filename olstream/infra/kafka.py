@@ -124,13 +124,7 @@ def resolve_jars(version: str) -> Path:
 
 
 def read_state(data_dir: Path) -> BrokerState | None:
-    path = data_dir / STATE_FILE
-    try:
-        return BrokerState(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (ValueError, TypeError) as e:
-        raise InfrastructureError(f"unreadable broker state file {path}: {e}") from e
+    return process.read_state_file(data_dir / STATE_FILE, BrokerState, "broker")
 
 
 def _write_state(data_dir: Path, state: BrokerState) -> None:

@@ -21,7 +21,6 @@ from psycopg import sql
 
 from olstream.errors import InfrastructureError
 from olstream.infra import process
-from olstream.infra.process import state_home
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ def default_data_dir() -> Path:
         return Path(env)
     if os.geteuid() == 0:
         return Path("/var/lib/olstream/postgres")
-    return state_home() / "olstream" / "postgres"
+    return process.state_home() / "olstream" / "postgres"
 
 
 def find_bin_dir() -> Path:
@@ -215,13 +214,7 @@ def _postmaster_pid(settings: PostgresSettings) -> int | None:
 
 
 def read_state(data_dir: Path) -> PostgresState | None:
-    path = data_dir / STATE_FILE
-    try:
-        return PostgresState(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (ValueError, TypeError) as e:
-        raise InfrastructureError(f"unreadable PostgreSQL state file {path}: {e}") from e
+    return process.read_state_file(data_dir / STATE_FILE, PostgresState, "PostgreSQL")
 
 
 def _is_our_server(state: PostgresState) -> bool:

@@ -5,12 +5,28 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+from olstream.errors import InfrastructureError
+
+T = TypeVar("T")
+
+
+def read_state_file(path: Path, factory: Callable[..., T], what: str) -> T | None:
+    """The JSON state file a service wrote when it started, as `factory(**fields)`; None when absent."""
+    try:
+        return factory(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as e:
+        raise InfrastructureError(f"unreadable {what} state file {path}: {e}") from e
 
 
 def state_home() -> Path:
