@@ -3,10 +3,7 @@
 Events are processed as they arrive and acked manually, per batch (``batch_size``
 records, or ``batch_within`` seconds): a batch's events are acked only after every
 output send of the batch was acknowledged by the broker (``Sender.flush``), so a
-committed offset never runs ahead of an unacknowledged event. A full batch is sealed
-and completed (sends awaited, state written, events acked) by a background task while
-the agent goes on processing the next records: lookups see sealed, not yet written
-state, so the results are the same as if the agent had waited. A failed send ends the process at
+committed offset never runs ahead of an unacknowledged event. A failed send ends the process at
 once: nothing of the batch is committed, and the records are processed again,
 re-emitting identical bytes. State writes of a batch are coalesced per run and
 written to the table (RocksDB + changelog) after the batch's sends were acked.
@@ -83,9 +80,6 @@ class StreamWorker:
         self.stopping = False
         # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
-        # sealed batches (events, overlay), oldest first, waiting for their sends' acks
-        self.sealed: list[tuple[list[Any], dict[str, tuple[RunState | None, Any]]]] = []
-        self.completing: asyncio.Task[None] | None = None
         # decoded states of the store (bounded LRU), cleared on every rebalance
         self.cache: OrderedDict[str, RunState] = OrderedDict()
         self.batch: list[Any] = []
@@ -101,11 +95,6 @@ class StreamWorker:
         hit = self.overlay.get(engine_run_id)
         if hit is not None:
             return hit[0]
-        for sealed in reversed(self.sealed):
-            written = sealed[1].get(engine_run_id)
-            if written is not None:
-                state: RunState | None = written[0]
-                return state
         # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
         # current event's partition (Table.get would check membership first, a second read)
         cached = self.cache.get(engine_run_id)
@@ -129,13 +118,13 @@ class StreamWorker:
     def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
         self.overlay[engine_run_id] = (state, event)
 
-    def write_overlay(self, overlay: dict[str, tuple[RunState | None, Any]]) -> None:
-        """Write a batch's state to the table (RocksDB, and faust's changelog producer).
+    def write_overlay(self) -> None:
+        """Write the batch's state to the table (RocksDB, and faust's changelog producer).
 
         faust flushes its producer before it commits offsets, so the changelog is never behind
         a committed offset; the writes go to the partition of the event that changed the key.
         """
-        for rid, (state, event) in overlay.items():
+        for rid, (state, event) in self.overlay.items():
             _set_current_event(event)
             key = rid.encode("utf-8")
             if state is None:
@@ -145,6 +134,7 @@ class StreamWorker:
             else:
                 self.table[key] = dumps_state(state)
                 self.remember(rid, state)
+        self.overlay.clear()
 
     def rescan(self) -> None:
         """Rebuild the retention index from the finished runs in the (restored) table."""
@@ -182,60 +172,37 @@ class StreamWorker:
         self.busy_seconds += time.perf_counter() - t
         self.batch.append(event)
 
-    def seal(self) -> None:
-        """End the current batch: it waits in ``sealed`` for its sends' acks; a new batch starts."""
-        if self.batch:
-            self.sealed.append((self.batch, self.overlay))
-            self.batch, self.overlay = [], {}
-
-    def start_completing(self, stream: Any) -> asyncio.Task[None]:
-        """The task completing the sealed batches in order (started when none is running)."""
-        if self.completing is not None and self.completing.done():
-            self.completing.result()  # a failed completion (not a failed send: that exits) surfaces here
-        if self.completing is None or self.completing.done():
-            self.completing = asyncio.ensure_future(self.complete_sealed(stream))
-        return self.completing
-
     async def flush_batch(self, stream: Any) -> None:
-        """Seal the current batch and wait until every sealed batch is completed."""
-        self.seal()
-        while self.sealed:
-            await asyncio.shield(self.start_completing(stream))
-
-    async def complete_sealed(self, stream: Any) -> None:
-        """Wait for the sealed batches' sends, then store their state, then ack their events."""
+        """Wait for the batch's sends, then store its state, then ack its events (in that order)."""
         async with self.lock:
-            while self.sealed:
-                started = time.perf_counter()
-                ready = len(self.sealed)  # every send of these batches was produced before this flush
-                # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
-                # implies its START and terminal event were acknowledged, so a replayed RunStarted of
-                # an ended run may skip its START and a run's last event is always its terminal one
-                try:
-                    await self.sender.flush()
-                except DeliveryError as e:
-                    log.critical("%s; exiting without acking the batch (it will be processed again)", e)
-                    os._exit(EX_SEND_FAILED)
-                count = 0
-                for _ in range(ready):
-                    events, overlay = self.sealed[0]
-                    token = _CURRENT_EVENT.set(None)
-                    try:
-                        self.write_overlay(overlay)
-                    finally:
-                        _CURRENT_EVENT.reset(token)
-                    del self.sealed[0]  # written: lookups read it from the store (or cache) now
-                    for event in events:
-                        await stream.ack(event)
-                        msg = event.message
-                        if msg.offset >= self.processed.get(msg.partition, 0):
-                            self.processed[msg.partition] = msg.offset + 1
-                    count += len(events)
-                m.RETAINED.set(self.retention.retained)
-                elapsed = time.perf_counter() - started
-                self.flush_seconds += elapsed
-                m.BATCH_SECONDS.set(elapsed)
-                log.debug("%d batches of %d records flushed in %.3f s", ready, count, elapsed)
+            if not self.batch:
+                return
+            started = time.perf_counter()
+            events, self.batch = self.batch, []
+            # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
+            # implies its START and terminal event were acknowledged, so a replayed RunStarted of
+            # an ended run may skip its START and a run's last event is always its terminal one
+            try:
+                await self.sender.flush()
+            except DeliveryError as e:
+                log.critical("%s; exiting without acking the batch (it will be processed again)", e)
+                os._exit(EX_SEND_FAILED)
+            token = _CURRENT_EVENT.set(None)
+            try:
+                self.write_overlay()
+            finally:
+                self.overlay.clear()
+                _CURRENT_EVENT.reset(token)
+            for event in events:
+                await stream.ack(event)
+                msg = event.message
+                if msg.offset >= self.processed.get(msg.partition, 0):
+                    self.processed[msg.partition] = msg.offset + 1
+            m.RETAINED.set(self.retention.retained)
+            elapsed = time.perf_counter() - started
+            self.flush_seconds += elapsed
+            m.BATCH_SECONDS.set(elapsed)
+            log.debug("batch of %d records flushed in %.3f s", len(events), elapsed)
 
     def handle_event(self, event: Any) -> None:
         msg = event.message
@@ -342,17 +309,14 @@ def attach(sa: m.StreamApp) -> StreamWorker:
         stream.enable_acks = False
         worker.stream = stream
         async for event in stream.events():
-            token = _CURRENT_EVENT.set(None)
-            try:
-                worker.add(event)
-            finally:
-                _CURRENT_EVENT.reset(token)
+            async with worker.lock:
+                token = _CURRENT_EVENT.set(None)
+                try:
+                    worker.add(event)
+                finally:
+                    _CURRENT_EVENT.reset(token)
             if len(worker.batch) >= sa.settings.batch_size:
-                # complete it in the background; wait only when two batches are already waiting
-                worker.seal()
-                completing = worker.start_completing(stream)
-                if len(worker.sealed) > 2:
-                    await asyncio.shield(completing)
+                await worker.flush_batch(stream)
 
     async def flush_quiet_batch() -> None:
         # a batch younger than batch_within waits for more records; an older one is flushed
