@@ -123,8 +123,14 @@ class StreamWorker:
 
         faust flushes its producer before it commits offsets, so the changelog is never behind
         a committed offset; the writes go to the partition of the event that changed the key.
+        A change made by an event of a partition this worker no longer owns is dropped: its new
+        owner processes that event again from the committed offset, and a late write here could
+        overwrite the newer state the new owner has written to the changelog since.
         """
+        owned = self.sa.app.consumer.assignment()
         for rid, (state, event) in self.overlay.items():
+            if event.message.tp not in owned:
+                continue
             _set_current_event(event)
             key = rid.encode("utf-8")
             if state is None:
