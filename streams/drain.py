@@ -30,6 +30,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import AppT
 from mode import Service, ServiceT
 
+from olstream.errors import ConfigError
+
 
 class InlineDrainConsumer(faust_aiokafka.Consumer):
     """faust's aiokafka consumer, with the per-record delivery awaited inline when it cannot block."""
@@ -37,11 +39,10 @@ class InlineDrainConsumer(faust_aiokafka.Consumer):
     def _may_deliver_inline(self) -> bool:
         app = self.app
         buffer = app.producer.buffer
-        return (
-            not self.suspend_flow.is_set()
-            and app.flow_control.is_active()
-            and buffer.size <= buffer.max_messages
-        )
+        # the unthreaded producer's pending queue (``buffer.size`` reads two faust settings per call)
+        if buffer.pending.qsize() > buffer.max_messages:
+            return False
+        return not self.suspend_flow.is_set() and app.flow_control.is_active()
 
     async def _drain_messages(self, fetcher: ServiceT) -> None:  # pragma: no cover - needs a broker
         callback = self.callback
@@ -117,4 +118,6 @@ class InlineDrainTransport(faust_aiokafka.Transport):
 
 def use_inline_drain(app: AppT) -> None:
     """Give the app the inline-drain transport (before anything created its consumer)."""
+    if app.conf.producer_threaded:
+        raise ConfigError("the inline-drain consumer needs faust's unthreaded producer")
     app.transport = InlineDrainTransport(app.conf.broker_consumer, app)

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _SEP = b"\x1f"  # unit separator: cannot appear ambiguously because every part is length-prefixed too
 _MAX_MS = (1 << 48) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 def epoch_millis(t: datetime) -> int:
     """Unix milliseconds of an aware datetime, floored (naive datetimes are taken as UTC)."""
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
-    delta = t - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+    return (t - _EPOCH) // _MILLISECOND  # exact integer floor division of the timedelta
 
 
 def identity_digest(namespace: str, workflow_type: str, workflow_instance: str, engine_run_id: str) -> bytes:
