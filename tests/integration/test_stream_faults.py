@@ -79,7 +79,7 @@ def committed_everything(bootstrap: str, group: str, topic: str) -> bool:
 def test_scale_out_kill_9_one_of_three_workers(
     kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
 ) -> None:
-    rows, _ = simulated_rows(tmp_path, runs=1500, seed=21)
+    rows, _ = simulated_rows(tmp_path, runs=5000, seed=21)
     records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
     starts = {r.engine_run_id for r in records if isinstance(r, RunStarted)}
     ends = {r.engine_run_id: r.status.value for r in records if isinstance(r, RunEnded)}
@@ -100,6 +100,10 @@ def test_scale_out_kill_9_one_of_three_workers(
         assert len(follower.seen) > 0, tail(tmp_path / "w0.log")
         procs[1].send_signal(signal.SIGKILL)  # mid-stream
         procs[1].wait()
+        # the kill must land while input is still unprocessed, or this test could not fail
+        assert not committed_everything(kafka_bootstrap, unique_group, src), (
+            "the workers finished before the kill"
+        )
 
         def complete() -> bool:
             kinds = {
