@@ -6,14 +6,15 @@ and an ``asyncio.wait`` per record, so that a callback blocked by flow control i
 abandoned when a rebalance suspends the flow. Measured with ``bench/stream.py`` that
 is about a third of the worker's CPU.
 
-The callback (the conductor's ``on_message``) can only block in three places: while
+The callback (the conductor's ``on_message``) can only suspend in three places: while
 the app's flow control is suspended, while the producer buffer is above its limit
-(``wait_until_ebb``), or while a stream's queue is full. This loop checks the first
-two (and the consumer's own ``suspend_flow``) synchronously just before the call and
-awaits the callback inline when none holds; otherwise it uses faust's ``wait_first``
-as before. In the remaining case, a full queue, faust puts the event anyway (its
-``asyncio.wait`` of the put survives the cancellation), so awaiting it inline only
-delays this loop until the agent takes an event, which it does while rebalancing too.
+(``wait_until_ebb``), or while a destination stream's queue is full. This loop checks
+all three (and the consumer's own ``suspend_flow``) synchronously just before the call
+and awaits the callback inline only when none holds, so the inline call never
+suspends; otherwise it uses faust's ``wait_first`` as before. (A first version took the
+full-queue case inline too: a rebalance clears the queues without waking a blocked
+put, so the fetch loop hung and table recovery after the next rebalance never got its
+changelog records. The scale-out kill -9 test caught it.)
 
 The loop is otherwise a copy of faust-streaming 0.15.3's ``_drain_messages``
 (BSD-3-Clause, Copyright (c) 2017-2020 Robinhood Markets, Inc.); ``pyproject.toml``
@@ -36,13 +37,19 @@ from olstream.errors import ConfigError
 class InlineDrainConsumer(faust_aiokafka.Consumer):
     """faust's aiokafka consumer, with the per-record delivery awaited inline when it cannot block."""
 
-    def _may_deliver_inline(self) -> bool:
+    def _may_deliver_inline(self, message: Any) -> bool:
+        """Whether the conductor's callback for this message will complete without suspending."""
         app = self.app
         buffer = app.producer.buffer
         # the unthreaded producer's pending queue (``buffer.size`` reads two faust settings per call)
         if buffer.pending.qsize() > buffer.max_messages:
             return False
-        return not self.suspend_flow.is_set() and app.flow_control.is_active()
+        if self.suspend_flow.is_set() or not app.flow_control.is_active():
+            return False
+        channels = app.topics._topic_name_index.get(message.topic)  # type: ignore[attr-defined]
+        if not channels:
+            return False
+        return not any(channel.queue.full() for channel in channels)
 
     async def _drain_messages(self, fetcher: ServiceT) -> None:  # pragma: no cover - needs a broker
         callback = self.callback
@@ -83,7 +90,7 @@ class InlineDrainConsumer(faust_aiokafka.Consumer):
                             if commit_every is not None and self._n_acked >= commit_every:
                                 self._n_acked = 0
                                 await self.commit()
-                            if may_deliver_inline():
+                            if may_deliver_inline(message):
                                 await callback(message)
                             else:
                                 await self.wait_first(callback(message), self.suspend_flow.wait())
