@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
+from confluent_kafka import KafkaException
 from faust.streams import _current_event as _CURRENT_EVENT
 
 from connectors.eventlog import codec
@@ -28,7 +29,7 @@ from connectors.eventlog.records import Record, RunEnded
 from olstream.errors import DecodeError, DeliveryError
 from streams import app as m
 from streams.processor import apply
-from streams.retention import Retention
+from streams.retention import CommittedLogPositions, Retention
 from streams.runid import epoch_millis
 from streams.sender import Sender
 from streams.state import RunState, StreamInputError, dumps_state, finished_end_ms, loads_state
@@ -36,6 +37,7 @@ from streams.state import RunState, StreamInputError, dumps_state, finished_end_
 log = logging.getLogger(__name__)
 
 EX_SEND_FAILED = 75
+COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
 
 
 def _header(headers: Any, name: str) -> bytes | None:
@@ -74,6 +76,7 @@ class StreamWorker:
         self.store: Any = sa.table.data
         self.sender = sender
         self.retention = Retention(sa.settings.retention_ms)
+        self.committed_log = CommittedLogPositions()
         self.rescan_needed = True
         self.parent_warned = False
         self.processed: dict[int, int] = {}  # input partition -> next offset, after its sends were acked
@@ -83,7 +86,11 @@ class StreamWorker:
         # decoded states of the store (bounded LRU), cleared on every rebalance
         self.cache: OrderedDict[str, RunState] = OrderedDict()
         self.batch: list[Any] = []
+        # input partition -> (last input offset, {log partition: last log offset}) of the batch
+        self.batch_positions: dict[int, tuple[int, dict[int, int]]] = {}
         self.batch_started = 0.0
+        self.first_after_assignment: set[int] = set()
+        self.batch_generation: int | None = None  # consumer generation the batch's events were fetched in
         self.lock = asyncio.Lock()
         self.stream: Any = None
         self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
@@ -123,14 +130,9 @@ class StreamWorker:
 
         faust flushes its producer before it commits offsets, so the changelog is never behind
         a committed offset; the writes go to the partition of the event that changed the key.
-        A change made by an event of a partition this worker no longer owns is dropped: its new
-        owner processes that event again from the committed offset, and a late write here could
-        overwrite the newer state the new owner has written to the changelog since.
+        Only a batch of the current consumer generation gets here (see ``stale_batch``).
         """
-        owned = self.sa.app.consumer.assignment()
         for rid, (state, event) in self.overlay.items():
-            if event.message.tp not in owned:
-                continue
             _set_current_event(event)
             key = rid.encode("utf-8")
             if state is None:
@@ -151,14 +153,19 @@ class StreamWorker:
             if raw is not None and finished_end_ms(raw) is not None:
                 s = loads_state(raw)
                 assert s.end is not None
-                self.retention.note_finished(s.start_position[0], s.end.end_ms, s.engine_run_id)
+                log_partition, end = s.start_position[0], s.end
+                self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.engine_run_id)
                 count += 1
         self.rescan_needed = False
+        topic = self.settings.input_topic
+        owned = {tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic}
+        self.committed_log.keep_only(owned)
         m.RETAINED.set(self.retention.retained)
         log.info("retention index rebuilt: %d finished runs retained", count)
 
     def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
-        for rid in self.retention.advance(log_partition, record_ms):
+        committed = self.committed_log.committed(log_partition)
+        for rid in self.retention.advance(log_partition, record_ms, committed):
             s = self.lookup(rid)
             if s is not None and s.end is not None:
                 self.put(rid, None, event)
@@ -166,13 +173,73 @@ class StreamWorker:
 
     # ------------------------------------------------------------------ processing
 
+    def note_commit_progress(self, positions: dict[int, tuple[int, dict[int, int]]]) -> None:
+        """Remember the acked batch's log positions (``refresh_committed`` learns which are committed)."""
+        for input_partition, (last_input, log_offsets) in positions.items():
+            self.committed_log.note_acked(input_partition, last_input, log_offsets)
+
+    async def refresh_committed(self, committed: m.CommittedOffsets) -> None:
+        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+        topic = self.settings.input_topic
+        owned = sorted(tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic)
+        if not owned:
+            return
+        try:
+            offsets = await committed.fetch(owned)
+        except KafkaException as e:
+            log.warning("could not read the group's committed offsets (evictions wait): %s", e)
+            return
+        for partition, offset in offsets.items():
+            self.committed_log.note_committed(partition, offset)
+
+    def stale_batch(self) -> bool:
+        """Whether the batch's events were fetched before the current consumer generation.
+
+        faust waits for every taken event to be acked while it revokes partitions, and the
+        generation changes only at the next assignment, so a batch flushed during the revoke is
+        current (its state must be written: the next owner restores it from the changelog). A
+        batch still held after a new assignment is stale: its partitions may have moved, and a
+        late state write could overwrite the newer state their new owner wrote since.
+        """
+        return bool(self.batch) and self.batch_generation != self.sa.app.consumer_generation_id
+
+    def discard_batch(self) -> None:
+        """Forget a stale batch: no state write, no ack (its offsets are not committed by this
+        worker); whoever owns its partitions now processes those records again from the committed
+        offset, re-emitting identical bytes. Decoded states are dropped too (a rebalance may have
+        restored newer ones behind our back)."""
+        log.info(
+            "a rebalance happened while %d records were processed but not flushed: their state is "
+            "not written and they are not acked (their partitions' owner processes them again)",
+            len(self.batch),
+        )
+        m.STALE_BATCHES.inc()
+        self.batch = []
+        self.batch_positions = {}
+        self.overlay.clear()
+        self.cache.clear()
+        self.rescan_needed = True
+
     def add(self, event: Any) -> None:
         """Process one event now (state into the overlay, events into the producer); ack it later."""
+        generation = event.message.generation_id
+        if self.batch and generation != self.batch_generation:
+            self.discard_batch()
         if self.rescan_needed:
             self.rescan()
         if not self.batch:
             self.batch_started = time.monotonic()
+            self.batch_generation = generation
         _set_current_event(event)
+        msg = event.message
+        if msg.partition not in self.first_after_assignment:
+            self.first_after_assignment.add(msg.partition)
+            log.info(
+                "input partition %d: first record of generation %s at offset %d",
+                msg.partition,
+                generation,
+                msg.offset,
+            )
         t = time.perf_counter()
         self.handle_event(event)
         self.busy_seconds += time.perf_counter() - t
@@ -183,8 +250,12 @@ class StreamWorker:
         async with self.lock:
             if not self.batch:
                 return
+            if self.stale_batch():
+                self.discard_batch()
+                return
             started = time.perf_counter()
             events, self.batch = self.batch, []
+            positions, self.batch_positions = self.batch_positions, {}
             # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
             # implies its START and terminal event were acknowledged, so a replayed RunStarted of
             # an ended run may skip its START and a run's last event is always its terminal one
@@ -193,6 +264,10 @@ class StreamWorker:
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
+            if self.batch_generation != self.sa.app.consumer_generation_id:
+                self.batch = events  # a rebalance completed while the sends were waited for
+                self.discard_batch()
+                return
             token = _CURRENT_EVENT.set(None)
             try:
                 self.write_overlay()
@@ -204,6 +279,7 @@ class StreamWorker:
                 msg = event.message
                 if msg.offset >= self.processed.get(msg.partition, 0):
                     self.processed[msg.partition] = msg.offset + 1
+            self.note_commit_progress(positions)
             m.RETAINED.set(self.retention.retained)
             elapsed = time.perf_counter() - started
             self.flush_seconds += elapsed
@@ -222,6 +298,10 @@ class StreamWorker:
             self.reject(event, "undecodable", str(e))
             return
         m.record_counter(type(record).__name__).inc()
+        last_input, log_offsets = self.batch_positions.get(msg.partition, (-1, {}))
+        self.batch_positions[msg.partition] = (max(last_input, msg.offset), log_offsets)
+        if record.offset > log_offsets.get(record.partition, -1):
+            log_offsets[record.partition] = record.offset
         self.evict(record.partition, epoch_millis(record.append_time), event)
         try:
             step = apply(record, self.cfg, self.lookup, msg.partition)
@@ -231,7 +311,9 @@ class StreamWorker:
         if step.write is not None:
             self.put(step.engine_run_id, step.write, event)
             if isinstance(record, RunEnded) and step.write.end is not None:
-                self.retention.note_finished(record.partition, step.write.end.end_ms, step.engine_run_id)
+                self.retention.note_finished(
+                    record.partition, step.write.end.end_ms, record.offset, step.engine_run_id
+                )
         if step.replay:
             m.REPLAYS.inc()
         if step.parent_not_visible:
@@ -334,8 +416,30 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
+        worker.first_after_assignment.clear()
+        log.info(
+            "rebalance complete: generation %s, input partitions %s",
+            app.consumer_generation_id,
+            sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == sa.settings.input_topic),
+        )
+
+    async def on_revoked(sender: Any, revoked: Any = None, **kwargs: Any) -> None:
+        log.info(
+            "partitions revoked (generation %s, %d records in the unflushed batch): %s",
+            app.consumer_generation_id,
+            len(worker.batch),
+            sorted(tp.partition for tp in revoked or () if tp.topic == sa.settings.input_topic),
+        )
+
+    committed = m.CommittedOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
+
+    async def committed_timer() -> None:
+        await worker.refresh_committed(committed)
+
+    app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
 
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     if sa.settings.until_idle:
         watermarks = m.Watermarks(sa.settings.bootstrap, sa.settings.input_topic)

@@ -35,6 +35,10 @@ EVICTED = Counter("olstream_stream_evicted_runs_total", "Finished runs evicted a
 RETAINED = Gauge(
     "olstream_stream_finished_runs_retained", "Finished runs kept for replays (retention window)"
 )
+STALE_BATCHES = Counter(
+    "olstream_stream_stale_batches_total",
+    "Batches dropped unflushed because a rebalance (new consumer generation) came first",
+)
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
@@ -144,6 +148,32 @@ class Watermarks:
         return out
 
     async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self._query, partitions)
+
+
+class CommittedOffsets:
+    """The group's committed offsets of the input, as the broker has them (queried off the loop).
+
+    faust's own bookkeeping can run ahead of the broker around rebalances, and eviction
+    must never trust a commit that did not happen (see ``streams.retention``).
+    """
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        self._consumer = Consumer(config)
+
+    def _query(self, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in tps if tp.error is None and tp.offset >= 0}
+
+    async def fetch(self, partitions: list[int]) -> dict[int, int]:
         import asyncio
 
         return await asyncio.get_running_loop().run_in_executor(None, self._query, partitions)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from connectors.eventlog.records import RunError, RunStatus
 from streams.mapping import MappingConfig
 from streams.processor import apply
-from streams.retention import Retention
+from streams.retention import CommittedLogPositions, Retention
 from streams.state import RunState, dumps_state, finished_end_ms, format_time, loads_state
 from tests.unit.stream_records import T0, declared, ended, ref_of, started
 
@@ -43,25 +43,56 @@ def test_format_time_is_rfc3339_utc_microseconds() -> None:
 
 def test_retention_evicts_after_the_window_per_log_partition() -> None:
     r = Retention(retention_ms=1000)
-    r.note_finished(0, 10_000, "a")
-    r.note_finished(0, 10_500, "b")
-    r.note_finished(1, 10_000, "c")
-    assert r.advance(0, 10_900) == []
-    assert r.advance(0, 11_001) == ["a"]
-    assert r.advance(1, 10_999) == []  # partition 1 has its own clock
-    assert r.advance(0, 5_000) == []  # clocks never go back
-    assert r.advance(0, 11_600) == ["b"]
+    r.note_finished(0, 10_000, 5, "a")
+    r.note_finished(0, 10_500, 9, "b")
+    r.note_finished(1, 10_000, 3, "c")
+    committed = 100
+    assert r.advance(0, 10_900, committed) == []
+    assert r.advance(0, 11_001, committed) == ["a"]
+    assert r.advance(1, 10_999, committed) == []  # partition 1 has its own clock
+    assert r.advance(0, 5_000, committed) == []  # clocks never go back
+    assert r.advance(0, 11_600, committed) == ["b"]
     assert r.retained == 1
     r.clear()
     assert r.retained == 0
 
 
+def test_retention_keeps_runs_a_replay_could_reach() -> None:
+    """Past the window, a run stays until its RunEnded is behind the committed position:
+    evicted earlier, a replayed RunStarted would start it again (a START after its end)."""
+    r = Retention(retention_ms=1000)
+    r.note_finished(0, 10_000, 5, "a")
+    r.note_finished(0, 10_100, 8, "b")
+    assert r.advance(0, 50_000, committed_offset=-1) == []  # nothing of the partition committed yet
+    assert r.advance(0, 50_000, committed_offset=4) == []
+    assert r.advance(0, 50_000, committed_offset=5) == ["a"]
+    assert r.advance(0, 50_000, committed_offset=7) == []
+    assert r.advance(0, 50_000, committed_offset=8) == ["b"]
+
+
+def test_committed_log_positions_follow_committed_input_offsets() -> None:
+    c = CommittedLogPositions()
+    assert c.committed(7) == -1
+    c.note_acked(0, 99, {7: 40, 3: 12})  # a batch: input partition 0 up to offset 99
+    c.note_acked(0, 150, {7: 61})
+    c.note_acked(1, 20, {2: 5})
+    c.note_committed(0, 99)  # next offset 99: the batch ending at 99 is not committed yet
+    assert (c.committed(7), c.committed(3)) == (-1, -1)
+    c.note_committed(0, 100)
+    assert (c.committed(7), c.committed(3)) == (40, 12)
+    c.note_committed(0, 151)
+    assert c.committed(7) == 61
+    c.keep_only({0})  # after a rebalance without input partition 1
+    c.note_committed(1, 1_000)
+    assert c.committed(2) == -1
+
+
 def test_retention_bounds_work_per_record() -> None:
     r = Retention(retention_ms=0, max_evictions_per_record=2)
     for i in range(5):
-        r.note_finished(0, i, f"r{i}")
-    assert r.advance(0, 100) == ["r0", "r1"]
-    assert r.advance(0, 100) == ["r2", "r3"]
+        r.note_finished(0, i, i, f"r{i}")
+    assert r.advance(0, 100, 100) == ["r0", "r1"]
+    assert r.advance(0, 100, 100) == ["r2", "r3"]
 
 
 def test_state_after_end_keeps_datasets() -> None:
