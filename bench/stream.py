@@ -9,9 +9,8 @@ in the same run and over the same topic:
 
 - limit: a raw confluent-kafka loop consumes every record and produces it to another
   topic (acks=all, flushed, offsets committed);
-- faust no-op: a faust-streaming agent that only acks each record, once with faust's stock
-  consumer and once with the worker's inline-drain consumer (``streams/drain.py``): the
-  framework's own ceiling on this machine;
+- faust no-op: a faust-streaming agent that only acks each record (the framework's own
+  ceiling on this machine);
 - worker: ``olstream worker --until-idle`` (a subprocess). Its rate is measured from its
   metrics (first record processed -> last), so start-up and shutdown are not timed; the
   wall time with them is printed too, with its CPU seconds and RSS (sampled every 0.5 s;
@@ -46,15 +45,12 @@ from tests.integration.stream_support import produce_rows, simulated_rows  # noq
 
 NOOP_AGENT = r"""
 import os, signal, sys, time, faust
-topic, total, app_id, bootstrap, data, result, inline = sys.argv[1:8]
+topic, total, app_id, bootstrap, data, result = sys.argv[1:7]
 total = int(total)
 app = faust.App(
     app_id, broker=f"kafka://{bootstrap}", web_enabled=False, consumer_auto_offset_reset="earliest",
     key_serializer="raw", value_serializer="raw", datadir=data, store="memory://",
 )
-if inline == "inline":
-    from streams.drain import use_inline_drain
-    use_inline_drain(app)
 t = app.topic(topic, key_type=bytes, value_type=bytes)
 state = {"n": 0, "t0": None}
 @app.agent(t, concurrency=1)
@@ -210,11 +206,11 @@ def main() -> int:
     raw_s, _ = raw_loop(args.bootstrap, src, f"{src}.raw", total)
     noops: dict[str, float | None] = {}
     if not args.skip_noop:
-        for variant in ("stock", "inline"):
+        for variant in ("stock",):
             result = work / f"noop-{variant}.seconds"
             subprocess.run(
                 [sys.executable, "-c", NOOP_AGENT, src, str(total), f"bench-noop-{variant}-{tag}",
-                 args.bootstrap, str(work / f"noop-{variant}"), str(result), variant],
+                 args.bootstrap, str(work / f"noop-{variant}"), str(result)],
                 capture_output=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)},
             )  # fmt: skip
             noops[variant] = float(result.read_text()) if result.exists() else None
@@ -228,10 +224,7 @@ def main() -> int:
     print(
         f"| raw confluent-kafka consume+produce loop (the limit) | {total:,} | {raw_s:.1f} | {limit:,.0f} |"
     )
-    names = {
-        "stock": "faust-streaming no-op agent, stock consumer",
-        "inline": "faust-streaming no-op agent, olstream's inline-drain consumer (framework ceiling)",
-    }
+    names = {"stock": "faust-streaming no-op agent (framework ceiling)"}
     for variant, noop in noops.items():
         if noop is not None:
             share = 100 * noop_share(total, noop, raw_s)

@@ -89,8 +89,6 @@ class StreamWorker:
         # input partition -> (last input offset, {log partition: last log offset}) of the batch
         self.batch_positions: dict[int, tuple[int, dict[int, int]]] = {}
         self.batch_started = 0.0
-        self.first_after_assignment: set[int] = set()
-        self.batch_generation: int | None = None  # consumer generation the batch's events were fetched in
         self.lock = asyncio.Lock()
         self.stream: Any = None
         self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
@@ -130,9 +128,14 @@ class StreamWorker:
 
         faust flushes its producer before it commits offsets, so the changelog is never behind
         a committed offset; the writes go to the partition of the event that changed the key.
-        Only a batch of the current consumer generation gets here (see ``stale_batch``).
+        A change made by an event of a partition this worker no longer owns is dropped: its new
+        owner processes that event again from the committed offset, and a late write here could
+        overwrite the newer state the new owner has written to the changelog since.
         """
+        owned = self.sa.app.consumer.assignment()
         for rid, (state, event) in self.overlay.items():
+            if event.message.tp not in owned:
+                continue
             _set_current_event(event)
             key = rid.encode("utf-8")
             if state is None:
@@ -173,73 +176,13 @@ class StreamWorker:
 
     # ------------------------------------------------------------------ processing
 
-    def note_commit_progress(self, positions: dict[int, tuple[int, dict[int, int]]]) -> None:
-        """Remember the acked batch's log positions (``refresh_committed`` learns which are committed)."""
-        for input_partition, (last_input, log_offsets) in positions.items():
-            self.committed_log.note_acked(input_partition, last_input, log_offsets)
-
-    async def refresh_committed(self, committed: m.CommittedOffsets) -> None:
-        """Ask the broker which input offsets the group has committed (the only safe truth)."""
-        topic = self.settings.input_topic
-        owned = sorted(tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic)
-        if not owned:
-            return
-        try:
-            offsets = await committed.fetch(owned)
-        except KafkaException as e:
-            log.warning("could not read the group's committed offsets (evictions wait): %s", e)
-            return
-        for partition, offset in offsets.items():
-            self.committed_log.note_committed(partition, offset)
-
-    def stale_batch(self) -> bool:
-        """Whether the batch's events were fetched before the current consumer generation.
-
-        faust waits for every taken event to be acked while it revokes partitions, and the
-        generation changes only at the next assignment, so a batch flushed during the revoke is
-        current (its state must be written: the next owner restores it from the changelog). A
-        batch still held after a new assignment is stale: its partitions may have moved, and a
-        late state write could overwrite the newer state their new owner wrote since.
-        """
-        return bool(self.batch) and self.batch_generation != self.sa.app.consumer_generation_id
-
-    def discard_batch(self) -> None:
-        """Forget a stale batch: no state write, no ack (its offsets are not committed by this
-        worker); whoever owns its partitions now processes those records again from the committed
-        offset, re-emitting identical bytes. Decoded states are dropped too (a rebalance may have
-        restored newer ones behind our back)."""
-        log.info(
-            "a rebalance happened while %d records were processed but not flushed: their state is "
-            "not written and they are not acked (their partitions' owner processes them again)",
-            len(self.batch),
-        )
-        m.STALE_BATCHES.inc()
-        self.batch = []
-        self.batch_positions = {}
-        self.overlay.clear()
-        self.cache.clear()
-        self.rescan_needed = True
-
     def add(self, event: Any) -> None:
         """Process one event now (state into the overlay, events into the producer); ack it later."""
-        generation = event.message.generation_id
-        if self.batch and generation != self.batch_generation:
-            self.discard_batch()
         if self.rescan_needed:
             self.rescan()
         if not self.batch:
             self.batch_started = time.monotonic()
-            self.batch_generation = generation
         _set_current_event(event)
-        msg = event.message
-        if msg.partition not in self.first_after_assignment:
-            self.first_after_assignment.add(msg.partition)
-            log.info(
-                "input partition %d: first record of generation %s at offset %d",
-                msg.partition,
-                generation,
-                msg.offset,
-            )
         t = time.perf_counter()
         self.handle_event(event)
         self.busy_seconds += time.perf_counter() - t
@@ -249,9 +192,6 @@ class StreamWorker:
         """Wait for the batch's sends, then store its state, then ack its events (in that order)."""
         async with self.lock:
             if not self.batch:
-                return
-            if self.stale_batch():
-                self.discard_batch()
                 return
             started = time.perf_counter()
             events, self.batch = self.batch, []
@@ -264,10 +204,6 @@ class StreamWorker:
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
-            if self.batch_generation != self.sa.app.consumer_generation_id:
-                self.batch = events  # a rebalance completed while the sends were waited for
-                self.discard_batch()
-                return
             token = _CURRENT_EVENT.set(None)
             try:
                 self.write_overlay()
@@ -279,7 +215,8 @@ class StreamWorker:
                 msg = event.message
                 if msg.offset >= self.processed.get(msg.partition, 0):
                     self.processed[msg.partition] = msg.offset + 1
-            self.note_commit_progress(positions)
+            for input_partition, (last_input, log_offsets) in positions.items():
+                self.committed_log.note_acked(input_partition, last_input, log_offsets)
             m.RETAINED.set(self.retention.retained)
             elapsed = time.perf_counter() - started
             self.flush_seconds += elapsed
@@ -321,6 +258,20 @@ class StreamWorker:
         for out in step.outputs:
             self.sender.send(self.settings.output_topic, out.key, out.value)
             m.event_counter(out.event_type).inc()
+
+    async def refresh_committed(self, committed: m.CommittedOffsets) -> None:
+        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+        topic = self.settings.input_topic
+        owned = sorted(tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic)
+        if not owned:
+            return
+        try:
+            offsets = await committed.fetch(owned)
+        except KafkaException as e:
+            log.warning("could not read the group's committed offsets (evictions wait): %s", e)
+            return
+        for partition, offset in offsets.items():
+            self.committed_log.note_committed(partition, offset)
 
     def note_parent_not_visible(self, record: Record) -> None:
         m.PARENT_NOT_VISIBLE.inc()
@@ -416,20 +367,6 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
-        worker.first_after_assignment.clear()
-        log.info(
-            "rebalance complete: generation %s, input partitions %s",
-            app.consumer_generation_id,
-            sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == sa.settings.input_topic),
-        )
-
-    async def on_revoked(sender: Any, revoked: Any = None, **kwargs: Any) -> None:
-        log.info(
-            "partitions revoked (generation %s, %d records in the unflushed batch): %s",
-            app.consumer_generation_id,
-            len(worker.batch),
-            sorted(tp.partition for tp in revoked or () if tp.topic == sa.settings.input_topic),
-        )
 
     committed = m.CommittedOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
 
@@ -439,7 +376,6 @@ def attach(sa: m.StreamApp) -> StreamWorker:
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
 
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
-    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     if sa.settings.until_idle:
         watermarks = m.Watermarks(sa.settings.bootstrap, sa.settings.input_topic)

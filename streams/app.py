@@ -15,7 +15,6 @@ import faust
 from prometheus_client import Counter, Gauge
 
 from olstream.kafka_admin import ensure_topic, topic_partitions
-from streams.drain import use_inline_drain
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -34,10 +33,6 @@ REPLAYS = Counter(
 EVICTED = Counter("olstream_stream_evicted_runs_total", "Finished runs evicted after the retention window")
 RETAINED = Gauge(
     "olstream_stream_finished_runs_retained", "Finished runs kept for replays (retention window)"
-)
-STALE_BATCHES = Counter(
-    "olstream_stream_stale_batches_total",
-    "Batches dropped unflushed because a rebalance (new consumer generation) came first",
 )
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 
@@ -92,10 +87,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         producer_linger_ms=5,
         producer_max_batch_size=1_048_576,
         consumer_auto_offset_reset="earliest",
-        stream_wait_empty=True,  # a rebalance waits until every taken event is acked (see batch_within)
-        # records fetched ahead of the agent: the default 4096 pauses fetching (at 80%) faster than a
-        # fetch round trip refills it; 20,000 short records are a few MB
-        stream_buffer_maxsize=settings.stream_buffer,
+        stream_wait_empty=True,  # a rebalance waits until every taken event is acked (batches flush in 0.1 s)
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout,
@@ -103,7 +95,6 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_serializer="raw",
         value_serializer="raw",
     )
-    use_inline_drain(app)
     input_topic = app.topic(
         settings.input_topic,
         key_type=bytes,

@@ -44,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--producer", default=None, help="the RunEvents' producer URL")
     p.add_argument("--integration", default=None, help="jobType facet integration (OLSTREAM)")
     p.add_argument("--programming-language", default=None, help="errorMessage facet language (PYTHON)")
-    p.add_argument("--batch-size", type=int, default=None, help="records per processing batch (10000)")
+    p.add_argument("--batch-size", type=int, default=None, help="records per processing batch (5000)")
     p.add_argument(
-        "--batch-seconds", type=float, default=None, help="max age of a batch before it is flushed (0.5)"
+        "--batch-seconds", type=float, default=None, help="max age of a batch before it is flushed (0.25)"
     )
     p.add_argument(
         "--session-timeout", type=float, default=None, help="consumer group session timeout s (10)"
@@ -81,9 +81,9 @@ def build_settings(args: argparse.Namespace) -> WorkerSettings:
             default_partitions=int(pick(args.partitions, "PARTITIONS", "6")),
             until_idle=bool(args.until_idle),
             retention_ms=int(float(pick(args.retention, "RETENTION_SECONDS", "3600")) * 1000),
-            batch_size=int(pick(args.batch_size, "BATCH_SIZE", "10000")),
+            batch_size=int(pick(args.batch_size, "BATCH_SIZE", "5000")),
             metrics_port=int(pick(args.metrics_port, "METRICS_PORT", "0")),
-            batch_within=float(pick(args.batch_seconds, "BATCH_SECONDS", "0.5")),
+            batch_within=float(pick(args.batch_seconds, "BATCH_SECONDS", "0.25")),
             session_timeout=float(pick(args.session_timeout, "SESSION_TIMEOUT", "10")),
             mapping=mapping,
         )

@@ -32,8 +32,6 @@ class Sender:
             "queue.buffering.max.messages": 500_000,
             "partitioner": "murmur2_random",
             "on_delivery": self._delivered,
-            # only failures call back into Python: a report per success costs the GIL each time
-            "delivery.report.only.error": True,
         }
         config.update(extra or {})
         self._failure: KafkaError | None = None
@@ -68,21 +66,12 @@ class Sender:
         if remaining:
             raise DeliveryError(f"{remaining} output sends not acknowledged within {timeout:.0f} s")
 
-    async def flush(self, timeout: float = 60.0, blocking: float = 0.5) -> None:
-        """Wait until every send so far is acknowledged; DeliveryError otherwise.
-
-        The first ``blocking`` seconds are waited on the event loop's own thread: a healthy
-        broker acknowledges a batch in a few ms, while the same flush in an executor thread
-        takes 100+ ms because that thread competes for the GIL with the busy event loop
-        (measured: 3 ms vs 137 ms per batch). Whatever is still unacknowledged after that
-        (a slow or absent broker) is waited for off the loop.
-        """
+    async def flush(self, timeout: float = 60.0) -> None:
+        """Wait (off the event loop) until every send so far is acknowledged; DeliveryError otherwise."""
         if len(self._producer) == 0 and self._failure is None:
             self._producer.poll(0)
             return
-        if self._producer.flush(min(blocking, timeout)) == 0 and self._failure is None:
-            return
-        await asyncio.get_running_loop().run_in_executor(None, self._flush, max(timeout - blocking, 0.0))
+        await asyncio.get_running_loop().run_in_executor(None, self._flush, timeout)
 
     def close(self) -> None:
         self._producer.flush(10)
