@@ -160,9 +160,7 @@ class StreamWorker:
                 self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.engine_run_id)
                 count += 1
         self.rescan_needed = False
-        topic = self.settings.input_topic
-        owned = {tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic}
-        self.committed_log.keep_only(owned)
+        self.committed_log.keep_only({tp.partition for tp in self.owned_input_tps()})
         m.RETAINED.set(self.retention.retained)
         log.info("retention index rebuilt: %d finished runs retained", count)
 
@@ -259,14 +257,18 @@ class StreamWorker:
             self.sender.send(self.settings.output_topic, out.key, out.value)
             m.event_counter(out.event_type).inc()
 
-    async def refresh_committed(self, committed: m.CommittedOffsets) -> None:
-        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+    def owned_input_tps(self) -> list[Any]:
+        """The input topic's partitions currently assigned to this worker."""
         topic = self.settings.input_topic
-        owned = sorted(tp.partition for tp in self.sa.app.consumer.assignment() if tp.topic == topic)
+        return [tp for tp in self.sa.app.consumer.assignment() if tp.topic == topic]
+
+    async def refresh_committed(self, offsets_of: m.InputOffsets) -> None:
+        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+        owned = sorted(tp.partition for tp in self.owned_input_tps())
         if not owned:
             return
         try:
-            offsets = await committed.fetch(owned)
+            offsets = await offsets_of.committed(owned)
         except KafkaException as e:
             log.warning("could not read the group's committed offsets (evictions wait): %s", e)
             return
@@ -311,7 +313,7 @@ class StreamWorker:
             return
         app = self.sa.app
         consumer = app.consumer
-        tps = [tp for tp in consumer.assignment() if tp.topic == self.settings.input_topic]
+        tps = self.owned_input_tps()
         if not tps or app.rebalancing:
             return
         bounds = await end_offsets([tp.partition for tp in tps])
@@ -368,20 +370,19 @@ def attach(sa: m.StreamApp) -> StreamWorker:
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
 
-    committed = m.CommittedOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
+    input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
 
     async def committed_timer() -> None:
-        await worker.refresh_committed(committed)
+        await worker.refresh_committed(input_offsets)
 
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
 
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 
     if sa.settings.until_idle:
-        watermarks = m.Watermarks(sa.settings.bootstrap, sa.settings.input_topic)
 
         async def idle_timer() -> None:
-            await worker.check_idle(watermarks.bounds)
+            await worker.check_idle(input_offsets.bounds)
 
         app.timer(sa.settings.idle_check_interval)(idle_timer)
 

@@ -6,6 +6,7 @@ The agent (``streams.agent``) stays thin; everything event-shaped is in
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from functools import cache
@@ -120,35 +121,13 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
     return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
 
 
-class Watermarks:
-    """Low/high offsets of the input's partitions (confluent-kafka, queried off the event loop)."""
+class InputOffsets:
+    """Offsets of the input's partitions as the broker has them, queried off the event loop with
+    confluent-kafka: low/high watermarks (``--until-idle``) and the group's committed offsets.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Consumer
-
-        self.topic = topic
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
-
-    def _query(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import TopicPartition
-
-        out = {}
-        for p in partitions:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
-            out[p] = (low, high)
-        return out
-
-    async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        import asyncio
-
-        return await asyncio.get_running_loop().run_in_executor(None, self._query, partitions)
-
-
-class CommittedOffsets:
-    """The group's committed offsets of the input, as the broker has them (queried off the loop).
-
-    faust's own bookkeeping can run ahead of the broker around rebalances, and eviction
-    must never trust a commit that did not happen (see ``streams.retention``).
+    The committed offsets gate evictions (see ``streams.retention``): faust's own bookkeeping
+    can run ahead of the broker around rebalances, and no eviction may trust a commit that did
+    not happen. The consumer never subscribes, so it does not join the group.
     """
 
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
@@ -158,13 +137,25 @@ class CommittedOffsets:
         config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
         self._consumer = Consumer(config)
 
-    def _query(self, partitions: list[int]) -> dict[int, int]:
+    def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        out = {}
+        for p in partitions:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            out[p] = (low, high)
+        return out
+
+    def _committed(self, partitions: list[int]) -> dict[int, int]:
         from confluent_kafka import TopicPartition
 
         tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=10)
         return {tp.partition: tp.offset for tp in tps if tp.error is None and tp.offset >= 0}
 
-    async def fetch(self, partitions: list[int]) -> dict[int, int]:
-        import asyncio
+    async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """Low and high watermark of each partition."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._watermarks, partitions)
 
-        return await asyncio.get_running_loop().run_in_executor(None, self._query, partitions)
+    async def committed(self, partitions: list[int]) -> dict[int, int]:
+        """The group's committed offset (next offset to read) of each partition that has one."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._committed, partitions)
