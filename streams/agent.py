@@ -86,8 +86,8 @@ class StreamWorker:
         # decoded states of the store (bounded LRU), cleared on every rebalance
         self.cache: OrderedDict[str, RunState] = OrderedDict()
         self.batch: list[Any] = []
-        # input partition -> (last input offset, {log partition: last log offset}) of the batch
-        self.batch_positions: dict[int, tuple[int, dict[int, int]]] = {}
+        # input partition -> {log partition: last log offset} of the batch's records
+        self.batch_positions: dict[int, dict[int, int]] = {}
         self.batch_started = 0.0
         self.lock = asyncio.Lock()
         self.stream: Any = None
@@ -208,13 +208,16 @@ class StreamWorker:
             finally:
                 self.overlay.clear()
                 _CURRENT_EVENT.reset(token)
+            last_input: dict[int, int] = {}  # input partition -> the batch's last offset
             for event in events:
                 await stream.ack(event)
                 msg = event.message
                 if msg.offset >= self.processed.get(msg.partition, 0):
                     self.processed[msg.partition] = msg.offset + 1
-            for input_partition, (last_input, log_offsets) in positions.items():
-                self.committed_log.note_acked(input_partition, last_input, log_offsets)
+                if msg.offset > last_input.get(msg.partition, -1):
+                    last_input[msg.partition] = msg.offset
+            for input_partition, log_offsets in positions.items():
+                self.committed_log.note_acked(input_partition, last_input[input_partition], log_offsets)
             m.RETAINED.set(self.retention.retained)
             elapsed = time.perf_counter() - started
             self.flush_seconds += elapsed
@@ -233,8 +236,9 @@ class StreamWorker:
             self.reject(event, "undecodable", str(e))
             return
         m.record_counter(type(record).__name__).inc()
-        last_input, log_offsets = self.batch_positions.get(msg.partition, (-1, {}))
-        self.batch_positions[msg.partition] = (max(last_input, msg.offset), log_offsets)
+        log_offsets = self.batch_positions.get(msg.partition)
+        if log_offsets is None:
+            log_offsets = self.batch_positions[msg.partition] = {}
         if record.offset > log_offsets.get(record.partition, -1):
             log_offsets[record.partition] = record.offset
         self.evict(record.partition, epoch_millis(record.append_time), event)
