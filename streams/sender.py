@@ -31,6 +31,9 @@ class Sender:
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 500_000,
             "partitioner": "murmur2_random",
+            # only failures reach Python: a report per acknowledged message would take the GIL
+            # from the event loop once per send (flush() still waits for every message)
+            "delivery.report.only.error": True,
             "on_delivery": self._delivered,
         }
         config.update(extra or {})
