@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,9 @@ def run_worker(bootstrap: str, src: str, total: int, runs: int, work: Path) -> d
     if proc.returncode != 0:
         raise SystemExit(f"worker exited {proc.returncode}; see {work / 'worker.log'}")
     assert first is not None
+    split = re.search(
+        r"\(([\d.]+) s processing records, ([\d.]+) s flushing batches\)", (work / "worker.log").read_text()
+    )
     end = last or time.perf_counter()
     seconds = max(end - first[0], 1e-9)
     return {
@@ -176,6 +180,7 @@ def run_worker(bootstrap: str, src: str, total: int, runs: int, work: Path) -> d
         "cpu": last_cpu,
         "peak": peak,
         "marks": rss_marks,
+        "split": split.groups() if split else None,
     }
 
 
@@ -229,11 +234,15 @@ def main() -> int:
     print()
     print(f"worker / limit: {100 * rate / limit:.1f}%   (goals: >= 5,000 records/s and >= 25%)")
     print(f"worker wall time with start-up and shutdown: {w['wall']:.1f} s, CPU {w['cpu']:.1f} s")
+    if w["split"]:
+        busy, flush = w["split"]  # type: ignore[misc]
+        print(f"worker's own timers: {busy} s processing records, {flush} s flushing batches")
     marks = w["marks"]
     assert isinstance(marks, dict)
     for q in sorted(marks):
         print(f"worker RSS after {args.runs * q // 4:,} runs started: {marks[q]:.0f} MB")
     print(f"worker peak RSS: {w['peak']:.0f} MB")
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
