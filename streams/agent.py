@@ -209,8 +209,10 @@ class StreamWorker:
                 self.overlay.clear()
                 _CURRENT_EVENT.reset(token)
             last_input: dict[int, int] = {}  # input partition -> the batch's last offset
+            with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
+                for event in events:
+                    await stream.ack(event)
             for event in events:
-                await stream.ack(event)
                 msg = event.message
                 if msg.offset >= self.processed.get(msg.partition, 0):
                     self.processed[msg.partition] = msg.offset + 1
@@ -373,6 +375,10 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
+        log.info(
+            "rebalance complete: input partitions %s",
+            sorted(tp.partition for tp in worker.owned_input_tps()),
+        )
 
     input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
 

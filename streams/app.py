@@ -16,6 +16,7 @@ import faust
 from prometheus_client import Counter, Gauge
 
 from olstream.kafka_admin import ensure_topic, topic_partitions
+from streams.consumer import use_worker_consumer
 from streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_serializer="raw",
         value_serializer="raw",
     )
+    use_worker_consumer(app, settings.input_topic)
     input_topic = app.topic(
         settings.input_topic,
         key_type=bytes,
