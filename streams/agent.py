@@ -212,12 +212,11 @@ class StreamWorker:
             with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
                 for event in events:
                     await stream.ack(event)
-            for event in events:
-                msg = event.message
-                if msg.offset >= self.processed.get(msg.partition, 0):
-                    self.processed[msg.partition] = msg.offset + 1
-                if msg.offset > last_input.get(msg.partition, -1):
-                    last_input[msg.partition] = msg.offset
+                    msg = event.message
+                    if msg.offset >= self.processed.get(msg.partition, 0):
+                        self.processed[msg.partition] = msg.offset + 1
+                    if msg.offset > last_input.get(msg.partition, -1):
+                        last_input[msg.partition] = msg.offset
             for input_partition, log_offsets in positions.items():
                 self.committed_log.note_acked(input_partition, last_input[input_partition], log_offsets)
             m.RETAINED.set(self.retention.retained)

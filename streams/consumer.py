@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import AppT
+from faust.types.tuples import ack_lock
 
 
 class WorkerConsumer(faust_aiokafka.Consumer):
@@ -43,8 +44,9 @@ class WorkerConsumer(faust_aiokafka.Consumer):
             return bool(super().ack(message))
         # a record faust's stream dropped: released (a rebalance does not wait for it), but its
         # offset is not marked safe to commit; the partition's owner reads it again
-        message.acked = True
-        self._unacked_messages.discard(message)
+        with ack_lock:  # faust's own ack holds it for the same fields
+            message.acked = True
+            self._unacked_messages.discard(message)
         return False
 
 

@@ -31,8 +31,8 @@ class Sender:
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 500_000,
             "partitioner": "murmur2_random",
-            # only failures reach Python: a report per acknowledged message would take the GIL
-            # from the event loop once per send (flush() still waits for every message)
+            # only failures call back into Python, not every acknowledged send (flush() still
+            # waits for every message; tests/integration/test_stream_sender.py)
             "delivery.report.only.error": True,
             "on_delivery": self._delivered,
         }
