@@ -84,8 +84,15 @@ def jar_cache_dir(version: str) -> Path:
 
 
 def random_cluster_id() -> str:
-    """A KRaft cluster id in Kafka's format (URL-safe base64 of 16 random bytes, unpadded)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id in Kafka's format (URL-safe base64 of 16 random bytes, unpadded).
+
+    Like Kafka's own ``Uuid.randomUuid``, never one starting with "-": the storage tool would
+    read it as an option (``--cluster-id: expected one argument``, 1 format in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def server_properties(settings: KafkaSettings) -> dict[str, str]:

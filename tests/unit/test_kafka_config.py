@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,10 @@ def test_directories_follow_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 def test_bad_version_is_rejected() -> None:
     with pytest.raises(ValueError, match="not a Kafka version"):
         kafka_major("latest")
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's storage tool would take "-..." for an option; 0xF8 encodes to a leading "-"."""
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" * 16)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert random_cluster_id() == base64.urlsafe_b64encode(b"\x01" * 16).decode().rstrip("=")
