@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException
 from faust.streams import _current_event as _CURRENT_EVENT
 
 from connectors.eventlog import codec
+from connectors.eventlog.naming import MAX_JOB_PATH_BYTES
 from connectors.eventlog.records import Record, RunEnded
 from olstream.errors import DecodeError, DeliveryError
 from streams import app as m
@@ -258,6 +259,16 @@ class StreamWorker:
             m.REPLAYS.inc()
         if step.parent_not_visible:
             self.note_parent_not_visible(record)
+        if step.job_path_too_long:
+            m.JOB_PATH_TOO_LONG.inc()
+            log.warning(
+                "run %s (log partition %d, offset %d): its job path would exceed %d bytes; named by a new "
+                "path of its own, without a parent edge",
+                record.engine_run_id,
+                record.partition,
+                record.offset,
+                MAX_JOB_PATH_BYTES,
+            )
         for out in step.outputs:
             self.sender.send(self.settings.output_topic, out.key, out.value)
             m.event_counter(out.event_type).inc()
@@ -285,9 +296,9 @@ class StreamWorker:
         if not self.parent_warned:
             self.parent_warned = True
             log.warning(
-                "run %s (log partition %d, offset %d) names only its parent's engine run id and that parent "
-                "is not in this worker's state: emitted without a parent edge (parent_not_visible_total "
-                "counts them; logged once per worker)",
+                "run %s (log partition %d, offset %d): its parent's identity or job path is neither on its "
+                "record nor in this worker's state: emitted without a parent edge, named as a root "
+                "(parent_not_visible_total counts them; logged once per worker)",
                 record.engine_run_id,
                 record.partition,
                 record.offset,

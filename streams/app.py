@@ -26,8 +26,12 @@ EVENTS = Counter("olstream_stream_events_total", "RunEvents emitted (including r
 ERRORS = Counter("olstream_stream_errors_total", "Bad input records sent to the errors topic", ["reason"])
 PARENT_NOT_VISIBLE = Counter(
     "olstream_stream_parent_not_visible_total",
-    "Child runs emitted without a parent edge: only the parent's engine run id was known and "
-    "the parent is not in this worker's state",
+    "Child runs emitted without a parent edge: what the edge needs of the parent (its identity, and "
+    "with hierarchical job names its job path) is neither on the child's record nor in this worker's state",
+)
+JOB_PATH_TOO_LONG = Counter(
+    "olstream_stream_job_path_too_long_total",
+    "Child runs whose hierarchical job path would exceed the limit: named by a new path, no parent edge",
 )
 REPLAYS = Counter(
     "olstream_stream_replayed_records_total", "Records that re-emitted or changed nothing (replays)"

@@ -10,7 +10,7 @@ from typing import Any
 from olstream.errors import ConfigError
 from olstream.logs import setup_logging
 from olstream.metrics import serve_metrics
-from streams.mapping import MappingConfig
+from streams.mapping import JOB_NAMES, MappingConfig
 from streams.settings import (
     DEFAULT_ERRORS_TOPIC,
     DEFAULT_INPUT_TOPIC,
@@ -41,6 +41,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--retention", type=float, default=None, help="seconds of record time finished runs are kept"
     )
     p.add_argument("--job-prefix", default=None, help="prefix before {workflowType}@{version} in job names")
+    p.add_argument(
+        "--job-names",
+        choices=JOB_NAMES,
+        default=None,
+        help="hierarchical: a child's job is its parent's job name + '.' + its own (default); "
+        "flat: {workflowType}@{version} alone (env OLSTREAM_JOB_NAMES)",
+    )
     p.add_argument("--producer", default=None, help="the RunEvents' producer URL")
     p.add_argument("--integration", default=None, help="jobType facet integration (OLSTREAM)")
     p.add_argument("--programming-language", default=None, help="errorMessage facet language (PYTHON)")
@@ -66,6 +73,7 @@ def build_settings(args: argparse.Namespace) -> WorkerSettings:
         mapping = MappingConfig(
             producer=pick(args.producer, "PRODUCER", base.producer),
             job_prefix=pick(args.job_prefix, "JOB_PREFIX", base.job_prefix),
+            job_names=pick(args.job_names, "JOB_NAMES", base.job_names),
             integration=pick(args.integration, "INTEGRATION", base.integration),
             programming_language=pick(
                 args.programming_language, "PROGRAMMING_LANGUAGE", base.programming_language

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import olstream
@@ -31,6 +31,10 @@ ERROR_MESSAGE_SCHEMA_URL = (
 )
 JOB_TYPE_SCHEMA_URL = "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
 DATASET_VERSION_SCHEMA_URL = "https://openlineage.io/spec/facets/1-0-1/DatasetVersionDatasetFacet.json#/$defs/DatasetVersionDatasetFacet"
+DATASOURCE_SCHEMA_URL = (
+    "https://openlineage.io/spec/facets/1-0-1/DatasourceDatasetFacet.json#/$defs/DatasourceDatasetFacet"
+)
+JOB_NAMES = ("hierarchical", "flat")
 
 # exact engine status -> OpenLineage eventType of the terminal event
 TERMINAL_EVENT_TYPES: dict[str, str] = {
@@ -52,6 +56,15 @@ class MappingConfig:
     integration: str = "OLSTREAM"
     job_type: str = "WORKFLOW"
     programming_language: str = "PYTHON"
+    job_names: str = "hierarchical"  # or "flat": see `streams.state.start`
+
+    def __post_init__(self) -> None:
+        if self.job_names not in JOB_NAMES:
+            raise ValueError(f"job names must be one of {', '.join(JOB_NAMES)}, got {self.job_names!r}")
+
+    @property
+    def hierarchical(self) -> bool:
+        return self.job_names == "hierarchical"
 
 
 def _facet(cfg: MappingConfig, schema_url: str) -> dict[str, Any]:
@@ -116,15 +129,30 @@ def run_facets(cfg: MappingConfig, s: RunState, terminal: bool) -> dict[str, Any
     return facets
 
 
+def has_uri_scheme(namespace: str) -> bool:
+    """True for an absolute URI (``postgres://db:5432``), False for a bare name (``bigquery``)."""
+    scheme, colon, _ = namespace.partition(":")
+    return bool(colon) and bool(scheme) and scheme[0].isalpha()
+
+
+def datasource_facet(cfg: MappingConfig, namespace: str) -> dict[str, Any]:
+    """The dataSource facet: named by the namespace, its uri the namespace when that is a URI."""
+    facet = _facet(cfg, DATASOURCE_SCHEMA_URL)
+    facet["name"] = namespace
+    if has_uri_scheme(namespace):
+        facet["uri"] = namespace
+    return facet
+
+
 def _datasets(cfg: MappingConfig, refs: tuple[DatasetRef, ...]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for d in refs:
-        ds: dict[str, Any] = {"namespace": d.namespace, "name": d.name}
+        facets: dict[str, Any] = {"dataSource": datasource_facet(cfg, d.namespace)}
         if d.version is not None:
             version = _facet(cfg, DATASET_VERSION_SCHEMA_URL)
             version["datasetVersion"] = d.version
-            ds["facets"] = {"version": version}
-        out.append(ds)
+            facets["version"] = version
+        out.append({"namespace": d.namespace, "name": d.name, "facets": facets})
     return out
 
 
@@ -176,7 +204,8 @@ class _Fragments:
     workflow: str
     error: str
     job_facets: str  # ',"facets":{"jobType":{...}}}'
-    version: str
+    datasource: str  # ',"facets":{"dataSource":{"_producer":...,"_schemaURL":...'
+    version: str  # ',"version":{...,"datasetVersion":'
 
 
 @cache
@@ -203,7 +232,8 @@ def _fragments(cfg: MappingConfig) -> _Fragments:
         job_facets=',"facets":{"jobType":'
         + json.dumps(job_type, separators=(",", ":"), ensure_ascii=False)
         + "}}",
-        version=',"facets":{"version":' + prefix(DATASET_VERSION_SCHEMA_URL) + ',"datasetVersion":',
+        datasource=',"facets":{"dataSource":' + prefix(DATASOURCE_SCHEMA_URL),
+        version=',"version":' + prefix(DATASET_VERSION_SCHEMA_URL) + ',"datasetVersion":',
     )
 
 
@@ -211,15 +241,22 @@ def _job_ref_json(j: JobRun) -> str:
     return f'{{"namespace":{_q(j.namespace)},"name":{_q(j.name)}}}'
 
 
+@lru_cache(maxsize=4096)
+def _datasource_json(f: _Fragments, namespace: str) -> tuple[str, str]:
+    """(the dataset's opening up to its name, its facets up to the dataSource facet's end)."""
+    ns = _q(namespace)
+    uri = f',"uri":{ns}' if has_uri_scheme(namespace) else ""
+    return f'{{"namespace":{ns},"name":', f'{f.datasource},"name":{ns}{uri}}}'
+
+
 def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
     parts = []
     for d in refs:
+        head, source = _datasource_json(f, d.namespace)
         if d.version is None:
-            parts.append(f'{{"namespace":{_q(d.namespace)},"name":{_q(d.name)}}}')
+            parts.append(f"{head}{_q(d.name)}{source}}}}}")
         else:
-            parts.append(
-                f'{{"namespace":{_q(d.namespace)},"name":{_q(d.name)}{f.version}{_q(d.version)}}}}}}}'
-            )
+            parts.append(f"{head}{_q(d.name)}{source}{f.version}{_q(d.version)}}}}}}}")
     return "[" + ",".join(parts) + "]"
 
 

@@ -26,6 +26,7 @@ class Step:
     write: st.RunState | None = None
     outputs: tuple[Output, ...] = ()
     parent_not_visible: bool = False
+    job_path_too_long: bool = False
     replay: bool = False
 
 
@@ -83,12 +84,15 @@ def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> S
                 return Step(rid, replay=True)
             # replay: re-emit the identical START from the stored state, never a new one
             return Step(rid, outputs=(_start_output(cfg, current),), replay=True)
-        started = st.start(record, cfg.job_prefix, _same_log_partition(lookup, record.partition), home)
+        started = st.start(
+            record, cfg.job_prefix, _same_log_partition(lookup, record.partition), home, cfg.hierarchical
+        )
         return Step(
             rid,
             write=started.state,
             outputs=(_start_output(cfg, started.state),),
             parent_not_visible=started.parent_not_visible,
+            job_path_too_long=started.job_path_too_long,
         )
     if isinstance(record, DatasetDeclared):
         if current is None:

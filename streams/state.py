@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from connectors.eventlog.naming import NamespaceError, child_job_path, job_segment, normalize_namespace
 from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
 from olstream.errors import OlstreamError
 from streams.runid import epoch_millis, run_id
@@ -39,10 +40,6 @@ def format_time(t: datetime) -> str:
         f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
         f".{t.microsecond:06d}Z"
     )
-
-
-def job_name(prefix: str, workflow_type: str, workflow_version: str) -> str:
-    return f"{prefix}{workflow_type}@{workflow_version}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +93,7 @@ class RunState:
     outputs_at_start: int = 0
     end: RunEnd | None = None
     home: int = 0  # the input (Kafka) partition whose changelog holds this state
+    job_path: str | None = None  # hierarchical names: the run's job path (`naming`); flat: None
 
     def evolve(
         self,
@@ -127,6 +125,7 @@ class RunState:
             outputs_at_start=self.outputs_at_start,
             end=self.end if end is None else end,
             home=self.home,
+            job_path=self.job_path,
         )
 
     @property
@@ -180,6 +179,7 @@ def dumps_state(s: RunState) -> bytes:
             end.stack_trace,
             list(end.position),
         ],
+        "path": s.job_path,
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
@@ -214,6 +214,7 @@ def loads_state(raw: bytes) -> RunState:
         if end is None
         else RunEnd(end[0], end[1], d["end_ms"], end[2], end[3], end[4], (end[5][0], end[5][1])),
         home=d["home"],
+        job_path=d.get("path"),
     )
 
 
@@ -229,14 +230,15 @@ def finished_end_ms(raw: bytes) -> int | None:
 Lookup = Callable[[str], "RunState | None"]
 
 
-def _identity_from_ref(ref: RunRef, prefix: str) -> JobRun | None:
+def _identity_from_ref(ref: RunRef, prefix: str, path: str | None = None) -> JobRun | None:
+    """The run a complete reference names; its job name is `prefix` + `path` (else its own segment)."""
     if not ref.is_complete:
         return None
     assert ref.namespace and ref.workflow_type and ref.workflow_version is not None
     assert ref.workflow_instance is not None and ref.start_time is not None
     return JobRun(
         ref.namespace,
-        job_name(prefix, ref.workflow_type, ref.workflow_version),
+        prefix + (path or job_segment(ref.workflow_type, ref.workflow_version)),
         run_id(ref.namespace, ref.workflow_type, ref.workflow_instance, ref.engine_run_id, ref.start_time),
     )
 
@@ -245,48 +247,119 @@ def _identity_from_ref(ref: RunRef, prefix: str) -> JobRun | None:
 class Started:
     state: RunState
     parent_not_visible: bool
+    job_path_too_long: bool = False
 
 
-def resolve_lineage(
-    record: RunStarted, prefix: str, lookup: Lookup
-) -> tuple[JobRun | None, JobRun | None, bool]:
-    """(parent, root, parent_not_visible) for a starting run.
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """A starting run's resolved place in its tree."""
 
-    The child's own record wins; an incomplete reference is resolved from this
-    worker's state; an unresolvable parent yields no parent edge rather than a guess.
+    parent: JobRun | None
+    root: JobRun | None
+    parent_not_visible: bool = False
+    parent_path: str | None = None  # hierarchical names only: the parent's job path
+
+
+def _namespace(value: str, field_name: str, record: RunStarted | DatasetDeclared) -> str:
+    try:
+        return normalize_namespace(value)
+    except NamespaceError as e:
+        raise StreamInputError(
+            "invalid_namespace", f"{field_name}: {e}", record.partition, record.offset
+        ) from None
+
+
+def _normalized_ref(ref: RunRef | None, label: str, record: RunStarted) -> RunRef | None:
+    if ref is None or ref.namespace is None:
+        return ref
+    namespace = _namespace(ref.namespace, f"{label}.namespace", record)
+    return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
+
+
+def _parent_path(record: RunStarted, parent: RunRef, parent_state: RunState | None) -> str | None:
+    """The parent's job path: as the parent's own state has it, else as the child's record says.
+
+    A complete parent that the record also names as the root is a root: its path is its segment.
+    Otherwise an unknown path stays unknown (never guessed).
     """
-    if record.parent is None:
-        return None, None, False
-    parent = _identity_from_ref(record.parent, prefix)
-    parent_state: RunState | None = None
+    if parent_state is not None and parent_state.job_path is not None:
+        return parent_state.job_path
+    if parent.job_name is not None:
+        return parent.job_name
+    if (
+        record.root is not None
+        and record.root.engine_run_id == parent.engine_run_id
+        and parent.workflow_type is not None
+        and parent.workflow_version is not None
+    ):
+        return job_segment(parent.workflow_type, parent.workflow_version)
+    return None
+
+
+def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchical: bool = False) -> Lineage:
+    """The parent, root and (hierarchical names) parent path of a starting run.
+
+    The child's own record wins for identities; an incomplete reference is resolved from this
+    worker's state; an unresolvable parent yields no parent edge rather than a guess. With
+    hierarchical names the parent's job path must be known too (`_parent_path`), else likewise.
+    """
+    ref = record.parent
+    if ref is None:
+        return Lineage(None, None)
+    parent_state = lookup(ref.engine_run_id) if hierarchical or not ref.is_complete else None
+    parent_path: str | None = None
+    if hierarchical:
+        parent_path = _parent_path(record, ref, parent_state)
+        if parent_path is None:
+            return Lineage(None, None, parent_not_visible=True)
+    parent = _identity_from_ref(ref, prefix, parent_path)
     if parent is None:
-        parent_state = lookup(record.parent.engine_run_id)
         if parent_state is None:
-            return None, None, True
+            return Lineage(None, None, parent_not_visible=True)
         parent = parent_state.run
     root: JobRun | None
     if record.root is None:
         # no root given: the parent's own root when the parent is in this state, else the parent
         if parent_state is None:
-            parent_state = lookup(record.parent.engine_run_id)
+            parent_state = lookup(ref.engine_run_id)
         root = (parent_state.root or parent_state.run) if parent_state is not None else parent
     else:
-        root = _identity_from_ref(record.root, prefix)
+        root = _identity_from_ref(record.root, prefix, record.root.job_name if hierarchical else None)
         if root is None:
             if parent_state is not None and parent_state.root is not None:
                 root = parent_state.root
             else:
                 root_state = lookup(record.root.engine_run_id)
                 root = root_state.run if root_state is not None else None
-    return parent, root, False
+    return Lineage(parent, root, parent_path=parent_path)
 
 
-def start(record: RunStarted, prefix: str, lookup: Lookup, home: int) -> Started:
-    """The state of a run that just started."""
-    parent, root, not_visible = resolve_lineage(record, prefix, lookup)
+def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchical: bool = False) -> Started:
+    """The state of a run that just started (namespaces normalized: `naming`).
+
+    Flat names: ``{prefix}{type}@{version}``. Hierarchical names: ``{prefix}{job path}``, the path
+    extending the parent's (`naming.child_job_path`); a run whose parent's path is unknown, or
+    whose path would exceed the limit, starts a path of its own and has no parent edge.
+    """
+    namespace = _namespace(record.namespace, "namespace", record)
+    parent_ref = _normalized_ref(record.parent, "parent", record)
+    root_ref = _normalized_ref(record.root, "root", record)
+    if namespace != record.namespace or parent_ref is not record.parent or root_ref is not record.root:
+        record = replace(record, namespace=namespace, parent=parent_ref, root=root_ref)
+    lineage = resolve_lineage(record, prefix, lookup, hierarchical)
+    parent, root = lineage.parent, lineage.root
+    segment = job_segment(record.workflow_type, record.workflow_version)
+    job_path: str | None = None
+    too_long = False
+    if hierarchical:
+        job_path = segment
+        if lineage.parent_path is not None:
+            job_path, extends = child_job_path(lineage.parent_path, segment)
+            if not extends:
+                parent, root, too_long = None, None, True
     own = JobRun(
         record.namespace,
-        job_name(prefix, record.workflow_type, record.workflow_version),
+        prefix + (job_path or segment),
         run_id(
             record.namespace,
             record.workflow_type,
@@ -315,25 +388,26 @@ def start(record: RunStarted, prefix: str, lookup: Lookup, home: int) -> Started
         root=root,
         start_position=(record.partition, record.offset),
         home=home,
+        job_path=job_path,
     )
-    return Started(state, not_visible)
+    return Started(state, lineage.parent_not_visible, too_long)
 
 
 def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
     """The state with the dataset added, or None when it was already declared (a replay or a repeat)."""
     current = state.inputs if record.direction is Direction.INPUT else state.outputs
+    namespace = _namespace(record.dataset_namespace, "dataset_namespace", record)
     for d in current:
-        if d.namespace == record.dataset_namespace and d.name == record.dataset_name:
+        if d.namespace == namespace and d.name == record.dataset_name:
             return None
     if state.end is not None:
         raise StreamInputError(
             "declaration_after_end",
-            f"dataset {record.dataset_namespace}/{record.dataset_name} declared after run "
-            f"{record.engine_run_id} ended",
+            f"dataset {namespace}/{record.dataset_name} declared after run {record.engine_run_id} ended",
             record.partition,
             record.offset,
         )
-    added = (*current, DatasetRef(record.dataset_namespace, record.dataset_name, record.version))
+    added = (*current, DatasetRef(namespace, record.dataset_name, record.version))
     if record.direction is Direction.INPUT:
         return state.evolve(inputs=added)
     return state.evolve(outputs=added)

@@ -107,6 +107,7 @@ def _ref_to_avro(ref: RunRef | None) -> dict[str, Any] | None:
         "workflow_version": ref.workflow_version,
         "workflow_instance": ref.workflow_instance,
         "start_time": ref.start_time,
+        "job_name": ref.job_name,
     }
 
 
@@ -120,6 +121,7 @@ def _ref_from_avro(d: dict[str, Any] | None) -> RunRef | None:
         workflow_version=d.get("workflow_version"),
         workflow_instance=d.get("workflow_instance"),
         start_time=d.get("start_time"),
+        job_name=d.get("job_name"),
     )
 
 

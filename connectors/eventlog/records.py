@@ -37,6 +37,7 @@ class RunRef:
     workflow_version: str | None = None
     workflow_instance: str | None = None
     start_time: datetime | None = None
+    job_name: str | None = None  # the run's job path from its tree's root (`naming`), when known
 
     @property
     def is_complete(self) -> bool:

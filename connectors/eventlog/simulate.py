@@ -126,6 +126,7 @@ class _Simulation:
         self.status_cumulative = list(itertools.accumulate(cat.STATUS_WEIGHTS.values()))
         self.random = self.rng.random
         self.scheduled_names: dict[tuple[str, datetime], str] = {}
+        self.written: dict[str, str] = {}  # dataset key -> the version last written
 
     def pick(self, seq: Sequence[T]) -> T:
         """A seeded choice (cheaper than Random.choice)."""
@@ -275,7 +276,7 @@ class _Simulation:
             dataset = run.dataset(key, ns, name)
             when = self.tick(1, 500)
             (dataset.write if key in outputs else dataset.read)(
-                version=self.version(key in outputs), time=when
+                version=self.version(key, key in outputs), time=when
             )
         status = self.pick_status()
         self.tally.by_status[OPEN if status is None else status.value] += 1
@@ -284,13 +285,15 @@ class _Simulation:
             run.run_ended(status, self.error_for(status, wf, inputs + outputs))
         return status
 
-    def version(self, output: bool) -> str | None:
+    def version(self, key: str, output: bool) -> str | None:
+        """A written version is new; a read version is the one last written, so the two connect."""
         roll = self.random()
-        if output and roll < 0.4:
-            return f"sha256:{self.rng.getrandbits(64):016x}"
-        if not output and roll < 0.15:
-            return f"v{self.between(1, 40)}"
-        return None
+        if output:
+            if roll >= 0.4:
+                return None
+            version = self.written[key] = f"sha256:{self.rng.getrandbits(64):016x}"
+            return version
+        return self.written.get(key) if roll < 0.5 else None
 
     def count_declaration(self, key: str) -> None:
         self.tally.declarations += 1
@@ -303,9 +306,9 @@ class _Simulation:
         tally.non_ascii += key in NON_ASCII_DATASETS
         when = self.tick(1, 2000)
         if output:
-            run.dataset_output(key, ns, name, self.version(True), time=when)
+            run.dataset_output(key, ns, name, self.version(key, True), time=when)
         else:
-            run.dataset_input(key, ns, name, self.version(False), time=when)
+            run.dataset_input(key, ns, name, self.version(key, False), time=when)
 
     def error_for(self, status: RunStatus, wf: cat.WorkflowType, keys: list[str]) -> RunError | None:
         choices = cat.ERRORS.get(status)

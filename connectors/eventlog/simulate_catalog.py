@@ -1,7 +1,9 @@
 """The simulated engine's world: datasets, workflow types and failure messages.
 
 Datasets are named by OpenLineage's conventions and shared between workflow types (one type
-writes what another reads), so the lineage graph is connected. Some names are non-ASCII.
+writes what another reads), so the lineage graph is connected. Namespaces are legal for their
+system; some dataset names are non-ASCII, and one namespace has a non-ASCII (IDN) host, which the
+writer API stores in its IDNA form.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from connectors.eventlog.records import RunStatus
 
 ORDERS_DB = "postgres://orders-db.internal:5432"
-CRM_DB = "postgres://crm-db.internal:5432"
+CRM_DB = "postgres://crm-db.bücher.example:5432"  # an IDN host: stored as crm-db.xn--bcher-kva.example
 FINANCE_DB = "postgres://finance-db.internal:6432"
 KAFKA = "kafka://broker-1.internal:9092"
 
@@ -24,7 +26,7 @@ DATASETS: dict[str, tuple[str, str]] = {
     "fx_rates": (KAFKA, "fx.rates"),
     "models_published": (KAFKA, "ml.models.published"),
     "raw_orders": ("s3://acme-raw", "orders/orders.parquet"),
-    "raw_clients": ("s3://données-brutes", "clients/日本/clients.json"),
+    "raw_clients": ("s3://acme-raw-clients", "clients/日本/clients.json"),
     "features": ("s3://acme-ml", "features/customer_features.parquet"),
     "model": ("s3://acme-ml", "models/churn/model.bin"),
     "evaluation": ("s3://acme-ml", "models/churn/evaluation.json"),

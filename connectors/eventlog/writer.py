@@ -20,10 +20,11 @@ import hashlib
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from connectors.eventlog.codec import offset_encoder, tail_fields, values_encoder
+from connectors.eventlog.naming import NamespaceError, child_job_path, job_segment, normalize_namespace
 from connectors.eventlog.records import (
     DatasetDeclared,
     Direction,
@@ -107,6 +108,24 @@ def _require_time(field_name: str, value: object) -> datetime:
 
 def _optional_time(field_name: str, value: object) -> datetime | None:
     return None if value is None else _require_time(field_name, value)
+
+
+def _namespace(field_name: str, value: object) -> str:
+    """The namespace in the form receivers accept (`naming.normalize_namespace`), or a ValueError."""
+    try:
+        return normalize_namespace(_require_text(field_name, value))
+    except NamespaceError as e:
+        raise NamespaceError(f"{field_name}: {e}") from None
+
+
+def _checked_ref(label: str, ref: RunRef) -> RunRef:
+    """`ref` with its namespace normalized; its text fields checked."""
+    _require_text(f"{label}.engine_run_id", ref.engine_run_id)
+    _optional_text(f"{label}.job_name", ref.job_name)
+    if ref.namespace is None:
+        return ref
+    namespace = _namespace(f"{label}.namespace", ref.namespace)
+    return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
 
 
 def parse_status(value: RunStatus | str) -> RunStatus:
@@ -218,6 +237,10 @@ class EventLogWriter:
         `parent`/`root` may be a handle (full coordinates) or a RunRef (possibly with only
         `engine_run_id`). A child given a parent handle but no root inherits the parent's root
         (the parent itself when the parent has no parent); otherwise root stays None.
+
+        Namespaces are normalized (`naming.normalize_namespace`; NamespaceError, a ValueError, when
+        impossible). The returned handle knows the run's job path (`naming`) when its parent's is
+        known: always for a root, and for a child of a handle that knows its own.
         """
         append_time = self.now()
         run_id = _require_text(
@@ -227,18 +250,26 @@ class EventLogWriter:
         root_ref = root.ref if isinstance(root, RunHandle) else root
         if root_ref is None and isinstance(parent, RunHandle):
             root_ref = parent.tree_root
-        for label, ref in (("parent", parent_ref), ("root", root_ref)):
-            if ref is not None:
-                _require_text(f"{label}.engine_run_id", ref.engine_run_id)
+        if parent_ref is not None:
+            parent_ref = _checked_ref("parent", parent_ref)
+        if root_ref is not None:
+            root_ref = _checked_ref("root", root_ref)
         for label, text in (
             ("workflow_instance", workflow_instance),
             ("task_id", task_id),
-            ("namespace", namespace),
             ("workflow_type", workflow_type),
             ("workflow_version", workflow_version),
         ):
             if type(text) is not str or not text.strip():
                 _require_text(label, text)  # raises, naming the field
+        namespace = _namespace("namespace", namespace)
+        segment = job_segment(workflow_type, workflow_version)
+        if parent_ref is None:
+            job_path: str | None = segment
+        elif parent_ref.job_name is not None:
+            job_path = child_job_path(parent_ref.job_name, segment)[0]
+        else:
+            job_path = None  # the worker may still find it (a parent visible in its state)
         partition = self.partition_for(workflow_instance)
         start = _require_time("start_time", start_time or append_time)
         principal = _optional_text("principal", principal)
@@ -263,7 +294,7 @@ class EventLogWriter:
             supersedes,
         )
         self._append_build(partition, values_encoder(RunStarted, partition, values))
-        ref = RunRef(run_id, namespace, workflow_type, workflow_version, workflow_instance, start)
+        ref = RunRef(run_id, namespace, workflow_type, workflow_version, workflow_instance, start, job_path)
         return RunHandle(self, ref, partition, root_ref, has_parent=parent_ref is not None)
 
 
@@ -315,8 +346,7 @@ class RunHandle:
         # Inline checks (this is the hot path of bulk writers); the helpers give the messages.
         if type(key) is not str or not key.strip():
             _require_text("key", key)
-        if type(namespace) is not str or not namespace.strip():
-            _require_text("namespace", namespace)
+        namespace = _namespace("namespace", namespace)
         if type(name) is not str or not name.strip():
             _require_text("name", name)
         if version is not None and (type(version) is not str or not version.strip()):
@@ -385,7 +415,7 @@ class Dataset:
 
     def __post_init__(self) -> None:
         _require_text("key", self.key)
-        _require_text("namespace", self.namespace)
+        object.__setattr__(self, "namespace", _namespace("namespace", self.namespace))
         _require_text("name", self.name)
 
     def _run(self, run: RunHandle | None) -> RunHandle:

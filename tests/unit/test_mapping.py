@@ -24,6 +24,7 @@ from streams.state import RunState, StreamInputError
 from tests.unit.stream_records import T0, declared, ended, ref_of, started
 
 CFG = MappingConfig()
+FLAT = MappingConfig(job_names="flat")
 
 
 class Harness:
@@ -124,7 +125,7 @@ def test_datasets_accumulate_dedup_in_first_declaration_order_with_versions() ->
         ("s3://bucket", "b"),
     ]
     assert end["inputs"][0]["facets"]["version"]["datasetVersion"] == "v1"
-    assert "facets" not in end["inputs"][1]
+    assert list(end["inputs"][1]["facets"]) == ["dataSource"]  # no version facet without a version
     assert [d["name"] for d in end["outputs"]] == ["a", "ünïcødé/表"]
     assert end["outputs"][0]["facets"]["version"]["datasetVersion"] == "sha256:abc"
     assert h.steps[3].write is None and h.steps[3].replay
@@ -172,7 +173,7 @@ def test_every_facet_has_producer_and_schema_url() -> None:
 
 
 def test_job_prefix_applies_to_own_parent_and_root_jobs() -> None:
-    h = Harness(MappingConfig(job_prefix="prod."))
+    h = Harness(MappingConfig(job_prefix="prod.", job_names="flat"))
     root = started("root", wtype="daily", version="1")
     child = started("c", wtype="load", version="2", instance="c", offset=1, parent=ref_of(root))
     outs = h.feed(root, child)
@@ -186,11 +187,11 @@ def test_parent_and_root_from_the_childs_own_record() -> None:
     root = started("root", wtype="daily", instance="d")
     mid = started("mid", wtype="mid", instance="m", parent=ref_of(root), partition=3)
     leaf = started("leaf", wtype="leaf", instance="l", parent=ref_of(mid), root=ref_of(root), partition=5)
-    h = Harness()
+    h = Harness(FLAT)
     (o,) = h.feed(leaf)  # parents not in this worker's state at all: the record suffices
     parent = doc(o)["run"]["facets"]["parent"]
-    (mid_o,) = Harness().feed(mid)
-    (root_o,) = Harness().feed(root)
+    (mid_o,) = Harness(FLAT).feed(mid)
+    (root_o,) = Harness(FLAT).feed(root)
     assert parent["run"]["runId"] == doc(mid_o)["run"]["runId"]
     assert parent["job"] == {"namespace": "acme", "name": "mid@3"}
     assert parent["root"]["run"]["runId"] == doc(root_o)["run"]["runId"]
@@ -203,13 +204,13 @@ def test_full_parent_without_root_uses_parent_as_root_or_the_parents_known_root(
     root = started("root", wtype="daily", instance="d")
     mid = started("mid", wtype="mid", instance="m", offset=1, parent=ref_of(root))
     leaf = started("leaf", wtype="leaf", instance="l", offset=2, parent=ref_of(mid))  # no root on record
-    h = Harness()
+    h = Harness(FLAT)
     outs = h.feed(root, mid, leaf)
     assert doc(outs[1])["run"]["facets"]["parent"]["root"]["job"]["name"] == "daily@3"
     leaf_parent = doc(outs[2])["run"]["facets"]["parent"]
     assert leaf_parent["job"]["name"] == "mid@3"
     assert leaf_parent["root"]["job"]["name"] == "daily@3"  # the parent's root, from state
-    (alone,) = Harness().feed(leaf)
+    (alone,) = Harness(FLAT).feed(leaf)
     assert doc(alone)["run"]["facets"]["parent"]["root"]["job"]["name"] == "mid@3"
 
 
@@ -240,7 +241,9 @@ def test_partial_parent_not_visible_emits_no_parent_edge(where: str) -> None:
 
 def test_parent_facet_on_every_event_of_a_child_run() -> None:
     parent = ref_of(started("p", wtype="daily"))
-    outs = Harness().feed(started("c", parent=parent), declared("c"), ended("c", status=RunStatus.SUPERSEDED))
+    outs = Harness(FLAT).feed(
+        started("c", parent=parent), declared("c"), ended("c", status=RunStatus.SUPERSEDED)
+    )
     assert len(outs) == 2
     assert doc(outs[0])["run"]["facets"]["parent"] == doc(outs[1])["run"]["facets"]["parent"]
     assert outs[0].key == outs[1].key == b"run:acme/daily@3"

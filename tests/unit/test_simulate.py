@@ -167,3 +167,30 @@ def test_ten_runs_already_cover_statuses_depth_and_parent_shapes(seed: int) -> N
     assert summary.by_depth.get(4, 0) >= 1
     assert summary.children_with_partial_parent >= 1 and summary.children_without_root >= 2
     assert summary.superseding_runs >= 1
+
+
+def test_read_versions_are_versions_a_writer_wrote_and_namespaces_are_receiver_legal() -> None:
+    from connectors.eventlog.naming import normalize_namespace
+
+    _, records = _write(400, seed=3)
+    declarations = sorted(
+        (r for r in records if isinstance(r, DatasetDeclared)), key=lambda r: (r.time, r.partition, r.offset)
+    )
+    written: dict[tuple[str, str], set[str]] = defaultdict(set)
+    reads_with_version = 0
+    for d in declarations:
+        dataset = (d.dataset_namespace, d.dataset_name)
+        if d.version is None:
+            continue
+        if d.direction is Direction.OUTPUT:
+            written[dataset].add(d.version)
+        else:
+            reads_with_version += 1
+            assert d.version in written[dataset], (dataset, d.version)
+    assert reads_with_version > 20 and written
+    namespaces = {d.dataset_namespace for d in declarations} | {
+        r.namespace for r in records if isinstance(r, RunStarted)
+    }
+    assert all(normalize_namespace(ns) == ns for ns in namespaces)
+    assert "postgres://crm-db.xn--bcher-kva.example:5432" in namespaces  # the IDN host, in IDNA form
+    assert any(not d.dataset_name.isascii() for d in declarations)

@@ -37,3 +37,14 @@ def test_invalid_number_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("OLSTREAM_BATCH_SIZE", "many")
     with pytest.raises(ConfigError, match="invalid worker setting"):
         build_settings(parse())
+
+
+def test_job_names_default_env_and_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OLSTREAM_JOB_NAMES", raising=False)
+    assert build_settings(parse()).mapping.job_names == "hierarchical"
+    monkeypatch.setenv("OLSTREAM_JOB_NAMES", "flat")
+    assert build_settings(parse()).mapping.job_names == "flat"
+    assert build_settings(parse("--job-names", "hierarchical")).mapping.job_names == "hierarchical"
+    monkeypatch.setenv("OLSTREAM_JOB_NAMES", "dotted")
+    with pytest.raises(ConfigError, match="job names must be one of hierarchical, flat"):
+        build_settings(parse())

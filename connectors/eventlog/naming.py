@@ -1,0 +1,84 @@
+"""Names the record contract carries: namespaces receivers accept, and hierarchical job paths.
+
+Both the writer API (before a record is written) and the stream worker (for records written by
+other writers) apply these rules, so a namespace means the same thing everywhere.
+
+**Namespaces.** A namespace is a URI (OpenLineage's naming conventions: ``postgres://host:5432``,
+``s3://bucket``, ``bigquery``, ``file``). Receivers restrict them further: Marquez accepts
+``[A-Za-z0-9_@+\\-:=;/.]``, 1 to 1024 characters, and answers 400 otherwise (``NamespaceName``).
+`normalize_namespace` keeps every ASCII namespace as it is and gives the one standard ASCII form of
+a non-ASCII host: IDNA 2008 with UTS #46 mapping (``s3://données`` -> ``s3://xn--donnes-bva``). Any
+other character outside that set, non-ASCII or not, cannot be a namespace: percent-encoding would
+give a ``%``, which Marquez rejects as well, so the namespace is refused with a clear error instead.
+
+**Job paths.** A run's job path is the ``{type}@{version}`` segment of every run from its tree's
+root down to itself, joined by ``.`` (``ingest@1.enrich@2``); the worker's job name is its job
+prefix followed by the path. A path longer than `MAX_JOB_PATH_BYTES` is not extended: that run
+starts a new path of its own segment (and the worker emits it without a parent facet).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import idna
+
+NAMESPACE_CHARS = re.compile(r"[A-Za-z0-9_@+\-:=;/.]{1,1024}")
+MAX_NAMESPACE_CHARS = 1024
+MAX_JOB_PATH_BYTES = 1024
+_SCHEME_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)(.*)", re.DOTALL)
+
+
+class NamespaceError(ValueError):
+    """A namespace that has no form receivers accept; the message names the reason."""
+
+
+def _ascii_host(authority: str) -> str:
+    """`authority` (``[user@]host[:port]``) with a non-ASCII host in IDNA form."""
+    user, at, hostport = authority.rpartition("@")
+    host, colon, port = hostport.partition(":")
+    if host.isascii():
+        return authority
+    try:
+        ascii_host = idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError as e:
+        raise NamespaceError(f"host {host!r} has no IDNA form: {e}") from None
+    return f"{user}{at}{ascii_host}{colon}{port}"
+
+
+@lru_cache(maxsize=4096)
+def normalize_namespace(namespace: str) -> str:
+    """The namespace receivers accept, or NamespaceError saying why there is none (cached: few distinct)."""
+    if not namespace:
+        raise NamespaceError("a namespace must not be empty")
+    normalized = namespace
+    if not namespace.isascii():
+        match = _SCHEME_AUTHORITY.fullmatch(namespace)
+        if match is not None:
+            scheme, authority, rest = match.groups()
+            normalized = scheme + _ascii_host(authority) + rest
+    if NAMESPACE_CHARS.fullmatch(normalized) is None:
+        if len(normalized) > MAX_NAMESPACE_CHARS:
+            raise NamespaceError(
+                f"a namespace has at most {MAX_NAMESPACE_CHARS} characters, got {len(normalized)}"
+            )
+        bad = next(ch for ch in normalized if NAMESPACE_CHARS.fullmatch(ch) is None)
+        raise NamespaceError(
+            f"namespace {namespace!r} has {bad!r}: allowed are letters A-Z a-z, digits and _ @ + - : = ; / . "
+            "(a non-ASCII host is written in its IDNA form; nothing else is rewritten)"
+        )
+    return normalized
+
+
+def job_segment(workflow_type: str, workflow_version: str) -> str:
+    """One run's own part of a job path (today's flat job name without prefix)."""
+    return f"{workflow_type}@{workflow_version}"
+
+
+def child_job_path(parent_path: str, segment: str) -> tuple[str, bool]:
+    """(the child's job path, whether it extends its parent's): a path over the limit starts anew."""
+    path = f"{parent_path}.{segment}"
+    if len(path.encode("utf-8")) > MAX_JOB_PATH_BYTES:
+        return segment, False
+    return path, True
