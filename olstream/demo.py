@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -16,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -34,6 +36,9 @@ from olstream.demo_support import (
 )
 from olstream.errors import ConfigError, InfrastructureError
 from olstream.infra.process import free_port
+
+if TYPE_CHECKING:
+    from olstream.demo_kafka import Rejections
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ class Topics:
     events: str
     sink_group: str
     app_id: str
+    dlq: str
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
@@ -87,12 +93,19 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 def topics_for(own_broker: bool, tag: str) -> Topics:
     """Default names on a broker the demo owns; unique names on a shared one (replays stay apart)."""
     if own_broker:
-        return Topics("olstream.eventlog", "openlineage.events", "olstream-sink", "olstream-worker")
+        return Topics(
+            "olstream.eventlog",
+            "openlineage.events",
+            "olstream-sink",
+            "olstream-worker",
+            "openlineage.events.dlq",
+        )
     return Topics(
         f"olstream.eventlog.demo-{tag}",
         f"openlineage.events.demo-{tag}",
         f"olstream-sink-demo-{tag}",
         f"olstream-worker-demo-{tag}",
+        f"openlineage.events.dlq.demo-{tag}",
     )
 
 
@@ -176,7 +189,11 @@ class Demo:
             )  # fmt: skip
         target = ["--url", url] if url else ["--file", str(self.s.out)]
         self.children.start(
-            "sink", ["sink", *b, "--topic", topics.events, "--group", topics.sink_group, *target]
+            "sink",
+            [
+                *("sink", *b, "--topic", topics.events, "--group", topics.sink_group),
+                *("--dlq-topic", topics.dlq, *target),
+            ],
         )
 
     def wait(self, bootstrap: str, topics: Topics, counts: LogCounts, url: str | None) -> OutputTally:
@@ -284,15 +301,24 @@ class Demo:
         not_visible = self.parent_not_visible()
         with self.console.status("stopping source, workers and sink ..."):
             self.children.stop()
+        from olstream.demo_kafka import read_rejections
+
+        rejected = read_rejections(bootstrap, topics.dlq)
         if url:
             self.s.out.parent.mkdir(parents=True, exist_ok=True)
             self.s.out.write_bytes(b"".join(sorted(raw + b"\n" for raw in tally.seen)))
-        self.report(counts, tally, not_visible, time.monotonic() - started, url)
+        self.report(counts, tally, not_visible, time.monotonic() - started, url, rejected)
         if self.s.bootstrap:
             topic_args = " ".join(
                 f"--topic {t}" for t in (topics.eventlog, topics.eventlog + ".errors", topics.events)
             )
             self.console.print(f"offsets and lag: olstream status --bootstrap {bootstrap} {topic_args}")
+        if rejected.total:
+            self.console.print(
+                f"[red]✗[/] the receiver rejected {rejected.total} event(s); they are in {topics.dlq} "
+                "(headers olstream.status, olstream.response)"
+            )
+            return 1
         return 0
 
     def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
@@ -301,14 +327,20 @@ class Demo:
 
         watcher = OffsetWatcher(bootstrap)
         # The source's errors topic too: a topic must have its leaders before a client scans it.
-        for name in (topics.eventlog, topics.eventlog + ".errors", topics.events):
+        for name in (topics.eventlog, topics.eventlog + ".errors", topics.events, topics.dlq):
             ensure_topic(bootstrap, name, self.s.partitions)
             watcher.wait_ready(name)
         if self.broker_dir is not None:
             warm_up_group_coordinator(bootstrap, topics.events, f"olstream-demo-warmup-{self.tag}")
 
     def report(
-        self, counts: LogCounts, tally: OutputTally, not_visible: int, elapsed: float, url: str | None
+        self,
+        counts: LogCounts,
+        tally: OutputTally,
+        not_visible: int,
+        elapsed: float,
+        url: str | None,
+        rejected: Rejections,
     ) -> None:
         from olstream.graph import build_graph, render
 
@@ -327,6 +359,11 @@ class Demo:
             ("dataset edges (read/write)", summary["dataset_edges"]),
             ("parent edges", summary["parent_edges"]),
             ("parent_not_visible", not_visible),
+            ("events rejected by the receiver (must be 0)", rejected.total),
+            *(
+                (f"  rejected with HTTP {status}", f"{n}, first: {first_reason(reason)}")
+                for status, (n, reason) in sorted(rejected.by_status.items())
+            ),
             ("elapsed", f"{elapsed:.1f} s"),
         ]
         for key, value in rows:
@@ -352,6 +389,12 @@ class Demo:
             self.console.print(f"work directory (process logs): {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def first_reason(body: str, limit: int = 160) -> str:
+    """A receiver's response as one short line (Marquez answers an HTML page: its text, tags dropped)."""
+    text = " ".join(re.sub(r"<[^>]*>", " ", body).split())
+    return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -122,3 +123,49 @@ class TopicFollower:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Rejections:
+    """What the sink dead-lettered: per receiver status, the count and the first response's excerpt."""
+
+    by_status: dict[str, tuple[int, str]]
+
+    @property
+    def total(self) -> int:
+        return sum(n for n, _ in self.by_status.values())
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value or ""
+
+
+def read_rejections(bootstrap: str, topic: str, timeout: float = 30.0) -> Rejections:
+    """Every message of the sink's dead-letter `topic`, by its `olstream.status` header."""
+    ends = OffsetWatcher(bootstrap).ends(topic)
+    remaining = {p: end for p, end in ends.items() if end > 0}
+    by_status: dict[str, tuple[int, str]] = {}
+    if not remaining:
+        return Rejections(by_status)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "olstream-demo-dlq-reader",
+                         "enable.auto.commit": False, "log_level": 0})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in remaining])
+        deadline = time.monotonic() + timeout
+        while remaining and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            headers = {str(h[0]): _text(h[1]) for h in msg.headers() or []}
+            status = headers.get("olstream.status") or "(no status)"
+            reason = headers.get("olstream.response", "")
+            count, first = by_status.get(status, (0, reason))
+            by_status[status] = (count + 1, first)
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None and offset + 1 >= remaining.get(partition, 0):
+                remaining.pop(partition, None)
+    finally:
+        consumer.close()
+    return Rejections(by_status)

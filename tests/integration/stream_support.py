@@ -15,7 +15,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 
 from connectors.eventlog import codec
-from connectors.eventlog.records import Record
+from connectors.eventlog.naming import job_segment
+from connectors.eventlog.records import Record, RunStarted
 from connectors.eventlog.simulate import SimulationSummary, simulate
 from connectors.eventlog.store import StoredRow, open_store
 
@@ -184,3 +185,37 @@ def tail(path: Path, lines: int = 40) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bool]]:
+    """engine run id -> (the job path the docs promise, whether the run keeps its parent edge).
+
+    The rule of docs/naming, from the durable records alone: a root is its own segment; a child
+    extends its parent's path when its record carries the parent's path, when the parent is on the
+    same log partition (and so always in the worker's state first), or when the record names the
+    parent as its root; otherwise it is named as a root and has no parent edge.
+    """
+    out: dict[str, tuple[str, bool]] = {}
+
+    def path(rid: str) -> tuple[str, bool]:
+        if rid in out:
+            return out[rid]
+        r = starts[rid]
+        own = job_segment(r.workflow_type, r.workflow_version)
+        p = r.parent
+        result = (own, False)
+        if p is None:
+            result = (own, False)
+        elif p.job_name is not None:
+            assert p.engine_run_id not in starts or path(p.engine_run_id)[0] == p.job_name, rid
+            result = (f"{p.job_name}.{own}", True)
+        elif p.engine_run_id in starts and starts[p.engine_run_id].partition == r.partition:
+            result = (f"{path(p.engine_run_id)[0]}.{own}", True)
+        elif r.root is not None and r.root.engine_run_id == p.engine_run_id and p.is_complete:
+            result = (f"{job_segment(p.workflow_type or '', p.workflow_version or '')}.{own}", True)
+        out[rid] = result
+        return result
+
+    for rid in starts:
+        path(rid)
+    return out

@@ -120,3 +120,61 @@ def test_graph_command_renders_each_format(
         assert data.startswith(b"\x89PNG")
     else:
         assert b"<svg" in data and b"child@1" in data
+
+
+def _demo(url: str, runs: int, out: Path, bootstrap: str, cmd: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
+    return subprocess.run(
+        [*cmd, "demo", "--runs", str(runs), "--workers", "2", "--partitions", "3", "--seed", "5",
+         "--bootstrap", bootstrap, "--url", url, "--out", str(out), "--timeout", "240"],
+        env={**env, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
+def test_demo_into_marquez_rules_gets_201_for_every_event_and_every_run_on_its_job(
+    kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    from tests.support.marquez_rules import MarquezRules, misplaced_runs
+    from tests.support.receiver import Receiver
+
+    rules = MarquezRules()
+    out = tmp_path / "lineage.jsonl"
+    with Receiver() as receiver:
+        receiver.respond_with(rules)
+        done = _demo(receiver.url, 300, out, kafka_bootstrap, olstream_cmd, subprocess_env)
+        invalid = receiver.invalid
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"events rejected by the receiver \(must be 0\)\s*\W*0", done.stdout), done.stdout
+    events = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+    model = rules.snapshot()
+    assert invalid == [] and model.rejections == [] and model.accepted >= len(events)
+    assert misplaced_runs(model, events) == []
+    assert max(j.name.count("@") for j in model.jobs.values()) >= 5  # depth 4
+
+
+def test_demo_reports_rejected_events_by_status_and_exits_non_zero(
+    kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    from tests.support.marquez_rules import JETTY_400
+    from tests.support.receiver import Receiver, Reply, Request
+
+    def reject_aborts(request: Request, n: int) -> Reply:
+        if b'"eventType":"ABORT"' in request.body:
+            return Reply(400, JETTY_400, (("Content-Type", "text/html"),))
+        return Reply(201)
+
+    out = tmp_path / "lineage.jsonl"
+    with Receiver() as receiver:
+        receiver.respond_with(reject_aborts)
+        done = _demo(receiver.url, 40, out, kafka_bootstrap, olstream_cmd, subprocess_env)
+        aborts = {r.body for r in receiver.requests if b'"eventType":"ABORT"' in r.body}
+    assert aborts, "the workload has aborted runs"
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    found = re.search(r"rejected with HTTP 400\W*(\d+), first: (.*)", done.stdout)
+    assert found, done.stdout
+    assert int(found.group(1)) == len(aborts)
+    assert found.group(2).startswith("Error 400 Bad Request HTTP ERROR 400")
+    assert f"the receiver rejected {len(aborts)} event(s)" in done.stdout

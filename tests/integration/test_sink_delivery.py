@@ -102,6 +102,8 @@ def test_rejections_go_to_the_dlq_with_headers_and_the_rest_is_delivered(
     assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
     text = log.read_text()
     assert text.count("dead-lettered to") == len(expected_rejects)  # logged once each
+    for status in set(rejected.values()):  # with the status and the first bytes of the body
+        assert f'with HTTP {status} ({{"error": "no thanks ({status})"' in text
 
 
 def test_retriable_answers_hangs_drops_and_misconfiguration_are_retried_without_loss(

@@ -13,6 +13,7 @@ from streams.mapping import TERMINAL_EVENT_TYPES
 from tests.integration.stream_support import (
     Out,
     consume_all,
+    expected_job_paths,
     produce_raw,
     produce_records,
     produce_rows,
@@ -74,6 +75,7 @@ def test_simulated_workload_valid_ordered_and_identical_over_3_and_6_partitions(
 
     runs = by_run(outs)
     assert len(runs) == len(starts)
+    paths = expected_job_paths(starts)
     for events in runs.values():
         first = events[0].doc
         wf = first["run"]["facets"]["workflow"]
@@ -90,18 +92,19 @@ def test_simulated_workload_valid_ordered_and_identical_over_3_and_6_partitions(
         else:
             assert types == ["START"], (rid, types)
         start = starts[rid]
-        assert first["job"]["name"] == f"{start.workflow_type}@{start.workflow_version}"
+        path, has_parent = paths[rid]
+        assert first["job"]["name"] == path  # hierarchical job names (docs: job names)
         parent = first["run"]["facets"].get("parent")
+        assert (parent is not None) == has_parent, rid
         if start.parent is None:
             assert (
                 parent is None
                 and events[0].key == f"run:{first['job']['namespace']}/{first['job']['name']}".encode()
             )
-        elif start.parent.is_complete:
-            assert (
-                parent is not None
-                and parent["job"]["name"] == f"{start.parent.workflow_type}@{start.parent.workflow_version}"
-            )
+        elif parent is not None:
+            assert path == f"{parent['job']['name']}.{start.workflow_type}@{start.workflow_version}"
+            if start.parent.engine_run_id in paths:
+                assert parent["job"]["name"] == paths[start.parent.engine_run_id][0]
         if parent is not None and "root" in parent:
             root = parent["root"]["job"]
             assert events[0].key == f"run:{root['namespace']}/{root['name']}".encode()

@@ -1,0 +1,114 @@
+"""The whole pipeline into a receiver that applies Marquez's rules (tests/support/marquez_rules.py).
+
+Simulator -> source -> worker -> sink, real broker and processes. Then the same events again, with
+every child's events ahead of its parent's (deepest runs first), through the sink into a fresh
+receiver: Marquez must place every run on its expected job either way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from connectors.eventlog import codec
+from connectors.eventlog.records import RunStarted
+from connectors.eventlog.store import open_store
+from tests.integration.stream_support import Out, consume_all, expected_job_paths, run_until_idle, worker_cmd
+from tests.support.marquez_rules import MarquezRules, misplaced_runs
+from tests.support.receiver import Receiver
+from tests.support.sink_harness import OLSTREAM, run_sink
+
+pytestmark = pytest.mark.integration
+
+
+def _olstream(*args: str) -> None:
+    done = subprocess.run([*OLSTREAM, *args], capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def deliver(
+    kafka_bootstrap: str, topic: str, group: str, dlq: str, tmp_path: Path, name: str
+) -> tuple[MarquezRules, Receiver]:
+    rules = MarquezRules()
+    receiver = Receiver().start()
+    receiver.respond_with(rules)
+    try:
+        code = run_sink(kafka_bootstrap, topic, group, "--url", receiver.url, "--dlq-topic", dlq,
+                        log_path=tmp_path / f"{name}.log", timeout=240)  # fmt: skip
+        assert code == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+    finally:
+        receiver.close()
+    return rules, receiver
+
+
+def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
+    kafka_bootstrap: str, make_topic: Any, unique_group: str, tmp_path: Path
+) -> None:
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    eventlog, events_topic, errors = make_topic(3), make_topic(3), make_topic(1)
+    _olstream("log", "simulate", "--log", log_url, "--runs", "400", "--seed", "11", "--partitions", "6")
+    _olstream("source", "--log", log_url, "--bootstrap", kafka_bootstrap, "--topic", eventlog, "--until-idle")
+    cmd = worker_cmd(kafka_bootstrap, unique_group, tmp_path / "w", eventlog, events_topic, errors)
+    run_until_idle(cmd, tmp_path / "worker.log")
+
+    store = open_store(log_url)
+    try:
+        records = [codec.decode(r.payload, r.partition, r.offset) for p in store.partitions()
+                   for r in store.read(p, -1, 100_000)]  # fmt: skip
+    finally:
+        store.close()
+    starts = {r.engine_run_id: r for r in records if isinstance(r, RunStarted)}
+    expected = expected_job_paths(starts)
+    assert max(p.count("@") for p, _ in expected.values()) >= 5, "the workload has depth 4 and more"
+    outs: list[Out] = consume_all(kafka_bootstrap, events_topic, expect=len(starts), idle=2.0)
+    events = [o.doc for o in outs]
+    for e in events:
+        wf = e["run"]["facets"]["workflow"]
+        path, has_parent = expected[wf["engineRunId"]]
+        assert (e["job"]["name"], "parent" in e["run"]["facets"]) == (path, has_parent), wf["engineRunId"]
+    assert consume_all(kafka_bootstrap, errors, expect=0, idle=0.5) == []
+
+    # 1. in the pipeline's own delivery order
+    sink_group = f"{unique_group}-sink"
+    rules, receiver = deliver(kafka_bootstrap, events_topic, sink_group, make_topic(1), tmp_path, "a")
+    check(rules, receiver, events)
+
+    # 2. every child's events before its parent's: deepest runs first, one partition keeps that order
+    depth = {rid: p.count("@") for rid, (p, _) in expected.items()}
+    reordered = sorted(outs, key=lambda o: -depth[o.doc["run"]["facets"]["workflow"]["engineRunId"]])
+    reversed_topic = make_topic(1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for o in reordered:
+        producer.produce(reversed_topic, o.value, o.key)
+    assert producer.flush(30) == 0
+    sink_group = f"{unique_group}-rev"
+    rules, receiver = deliver(kafka_bootstrap, reversed_topic, sink_group, make_topic(1), tmp_path, "b")
+    check(rules, receiver, events)
+    first_start: dict[str, int] = {}
+    for i, req in enumerate(receiver.accepted):
+        doc = json.loads(req.body)
+        if doc["eventType"] == "START":
+            first_start.setdefault(doc["run"]["runId"], i)
+    early = [
+        e for e in events
+        if e["eventType"] == "START" and "parent" in e["run"]["facets"]
+        and first_start[e["run"]["runId"]] < first_start[e["run"]["facets"]["parent"]["run"]["runId"]]
+    ]  # fmt: skip
+    assert len(early) > 100, f"only {len(early)} child STARTs reached the receiver before their parent's"
+
+
+def check(rules: MarquezRules, receiver: Receiver, events: list[dict[str, Any]]) -> None:
+    model = rules.snapshot()
+    assert receiver.invalid == [], receiver.invalid[:3]
+    assert model.rejections == [], [(r.status, r.reason) for r in model.rejections[:5]]
+    assert misplaced_runs(model, events) == []
+    deepest = max(model.jobs.values(), key=lambda j: j.name.count("@"))
+    assert deepest.parent is not None and deepest.name == f"{deepest.parent[1]}.{deepest.simple_name}"
+    named = {(d["namespace"], d["name"]) for e in events for side in ("inputs", "outputs") for d in e[side]}
+    assert set(model.datasets) == named
+    assert all(source == ns for (ns, _), source in model.datasets.items()), "every dataset has its source"
