@@ -88,27 +88,21 @@ def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
         consumer.close()
 
 
-def _same_job(stored: str, simple: str) -> bool:
-    """Marquez stores a child job as `{parent}.{child}` (the parent's own stored name first)."""
-    return stored == simple or stored.endswith("." + simple)
-
-
 def _find_job(jobs: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, Any]:
-    """The Marquez job of this event: its simple name, and for a child, under its parent's name."""
+    """The Marquez job of this event: stored under exactly its name, under exactly its parent's job.
+
+    With hierarchical job names (docs/naming.md) Marquez's full name of a child is the event's job
+    name, its simple name the last segment, and its parentJobName the parent facet's job name.
+    """
     name = str(event["job"]["name"])
     parent = event["run"].get("facets", {}).get("parent")
-    for job in jobs:
-        if not _same_job(str(job["name"]), name):
-            continue
-        if parent is None and job["name"] == name:
-            return job
-        if (
-            parent is not None
-            and job["name"] != name
-            and _same_job(str(job.get("parentJobName") or ""), str(parent["job"]["name"]))
-        ):
-            return job
-    raise AssertionError(f"no Marquez job for {name!r} (parent {parent and parent['job']['name']!r})")
+    matches = [job for job in jobs if job["name"] == name]
+    assert len(matches) == 1, f"{len(matches)} Marquez jobs named {name!r}"
+    job = matches[0]
+    assert job.get("parentJobName") == (None if parent is None else parent["job"]["name"]), (name, job)
+    if parent is not None:
+        assert name == f"{parent['job']['name']}.{job['simpleName']}", (name, job.get("simpleName"))
+    return job
 
 
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
@@ -133,7 +127,7 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
     namespace_prefix = f"mq{uuid.uuid4().hex[:6]}"
     env = subprocess_env
     b = ["--bootstrap", kafka_bootstrap]
-    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "40", "--seed", "5"], env)
+    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "120", "--seed", "5"], env)
     _run([*olstream_cmd, "source", "--log", log_url, *b, "--topic", eventlog, "--until-idle"], env)
     _run(
         [*olstream_cmd, "worker", *b, "--app-id", f"mq-{namespace_prefix}", "--data-dir", str(tmp_path / "w"),
@@ -157,6 +151,9 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
         for run_id, event in final.items():
             # every job (children under their parent's name, with parentJobName): the parent/child edges
             job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
+            runs = _get(client, f"/api/v1/namespaces/{quote(event['job']['namespace'], safe='')}/jobs/"
+                                f"{quote(job['name'], safe='')}/runs?limit=10000")["runs"]  # fmt: skip
+            assert run_id in {r["id"] for r in runs}, f"run {run_id} is not on job {job['name']!r}"
             # every run with its final state
             run = _get(client, f"/api/v1/jobs/runs/{run_id}")
             assert run["state"] == RUN_STATES[event["eventType"]], (job["name"], run_id)
@@ -176,6 +173,18 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
                         for v in run.get(key, [])
                     }
                     assert want <= got, (job["name"], direction, want - got)
+        # no phantom jobs: every stored job is one an event names
+        for ns, jobs in jobs_by_ns.items():
+            named = {e["job"]["name"] for e in final.values() if e["job"]["namespace"] == ns}
+            phantoms = {j["name"] for j in jobs} - named
+            assert not phantoms, f"jobs no event names in {ns}: {sorted(phantoms)[:5]}"
+        assert max(e["job"]["name"].count("@") for e in final.values()) >= 4, "children at depth 3 and more"
+        # every dataset with its data source
+        for event in final.values():
+            for ds in event.get("inputs", []) + event.get("outputs", []):
+                got = _get(client, f"/api/v1/namespaces/{quote(ds['namespace'], safe='')}/datasets/"
+                                   f"{quote(ds['name'], safe='')}")  # fmt: skip
+                assert got.get("sourceName") == ds["namespace"], (ds, got.get("sourceName"))
         # the lineage graph names each child's parent too
         children = [e for e in final.values() if e["run"].get("facets", {}).get("parent")]
         assert children, "the simulated workload should have child runs"
@@ -184,6 +193,4 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
             node = f"job:{event['job']['namespace']}:{job['name']}"
             graph = _get(client, f"/api/v1/lineage?nodeId={quote(node, safe='')}&depth=1")["graph"]
             me = next(n for n in graph if n["id"] == node)
-            assert _same_job(
-                str(me["data"].get("parentJobName")), str(event["run"]["facets"]["parent"]["job"]["name"])
-            )
+            assert me["data"].get("parentJobName") == event["run"]["facets"]["parent"]["job"]["name"]
