@@ -168,4 +168,9 @@ def read_rejections(bootstrap: str, topic: str, timeout: float = 30.0) -> Reject
                 remaining.pop(partition, None)
     finally:
         consumer.close()
+    if remaining:
+        raise InfrastructureError(
+            f"could not read the dead-letter topic {topic} to its end in {timeout:.0f}s "
+            f"(partitions {sorted(remaining)} left): the rejection count would be incomplete"
+        )
     return Rejections(by_status)

@@ -80,6 +80,7 @@ class StreamWorker:
         self.committed_log = CommittedLogPositions()
         self.rescan_needed = True
         self.parent_warned = False
+        self.path_warned = False
         self.processed: dict[int, int] = {}  # input partition -> next offset, after its sends were acked
         self.stopping = False
         # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
@@ -261,9 +262,12 @@ class StreamWorker:
             self.note_parent_not_visible(record)
         if step.job_path_too_long:
             m.JOB_PATH_TOO_LONG.inc()
+        if step.job_path_too_long and not self.path_warned:
+            self.path_warned = True
             log.warning(
                 "run %s (log partition %d, offset %d): its job path would exceed %d bytes; named by a new "
-                "path of its own, without a parent edge",
+                "path of its own, without a parent edge (job_path_too_long_total counts them; logged once "
+                "per worker)",
                 record.engine_run_id,
                 record.partition,
                 record.offset,

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--retention", type=float, default=None, help="seconds of record time finished runs are kept"
     )
-    p.add_argument("--job-prefix", default=None, help="prefix before {workflowType}@{version} in job names")
+    p.add_argument("--job-prefix", default=None, help="prefix before every job name (once, at the front)")
     p.add_argument(
         "--job-names",
         choices=JOB_NAMES,

@@ -13,6 +13,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 import olstream
+from connectors.eventlog.naming import has_uri_scheme
 from streams.state import DatasetRef, JobRun, RunState
 
 OPENLINEAGE_SCHEMA_URL = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
@@ -127,12 +128,6 @@ def run_facets(cfg: MappingConfig, s: RunState, terminal: bool) -> dict[str, Any
             error["stackTrace"] = end.stack_trace
         facets["errorMessage"] = error
     return facets
-
-
-def has_uri_scheme(namespace: str) -> bool:
-    """True for an absolute URI (``postgres://db:5432``), False for a bare name (``bigquery``)."""
-    scheme, colon, _ = namespace.partition(":")
-    return bool(colon) and bool(scheme) and scheme[0].isalpha()
 
 
 def datasource_facet(cfg: MappingConfig, namespace: str) -> dict[str, Any]:

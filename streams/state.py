@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.eventlog.naming import NamespaceError, child_job_path, job_segment, normalize_namespace
+from connectors.eventlog.naming import (
+    NamespaceError,
+    child_job_path,
+    job_segment,
+    normalize_job_namespace,
+    normalize_namespace,
+    path_ends_with,
+)
 from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
 from olstream.errors import OlstreamError
 from streams.runid import epoch_millis, run_id
@@ -262,6 +269,8 @@ class Lineage:
 
 def _namespace(value: str, field_name: str, record: RunStarted | DatasetDeclared) -> str:
     try:
+        if isinstance(record, RunStarted):  # a job namespace: the run's, its parent's or its root's
+            return normalize_job_namespace(value)
         return normalize_namespace(value)
     except NamespaceError as e:
         raise StreamInputError(
@@ -276,47 +285,61 @@ def _normalized_ref(ref: RunRef | None, label: str, record: RunStarted) -> RunRe
     return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
 
 
-def _parent_path(record: RunStarted, parent: RunRef, parent_state: RunState | None) -> str | None:
-    """The parent's job path: as the parent's own state has it, else as the child's record says.
-
-    A complete parent that the record also names as the root is a root: its path is its segment.
-    Otherwise an unknown path stays unknown (never guessed).
-    """
-    if parent_state is not None and parent_state.job_path is not None:
-        return parent_state.job_path
-    if parent.job_name is not None:
-        return parent.job_name
-    if (
-        record.root is not None
-        and record.root.engine_run_id == parent.engine_run_id
-        and parent.workflow_type is not None
-        and parent.workflow_version is not None
-    ):
-        return job_segment(parent.workflow_type, parent.workflow_version)
+def _record_path(record: RunStarted, ref: RunRef) -> str | None:
+    """The parent's job path from the child's record alone (no state, so no timing): the ref's
+    `job_name` when it fits the ref's own segment, or its segment when the record names the parent
+    as the root too (a root's path is its segment; this covers records written before v3)."""
+    if not ref.is_complete:
+        return None
+    assert ref.workflow_type is not None and ref.workflow_version is not None
+    segment = job_segment(ref.workflow_type, ref.workflow_version)
+    if ref.job_name is not None:
+        return ref.job_name if path_ends_with(ref.job_name, segment) else None
+    if record.root is not None and record.root.engine_run_id == ref.engine_run_id:
+        return segment
     return None
+
+
+def _state_path(prefix: str, state: RunState) -> str | None:
+    """A visible parent's job path; for a state stored by an earlier version or in flat mode, the
+    path its emitted name implies (so the child extends exactly the name the parent's events carry)."""
+    if state.job_path is not None:
+        return state.job_path
+    return state.run.name[len(prefix) :] if state.run.name.startswith(prefix) else None
 
 
 def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchical: bool = False) -> Lineage:
     """The parent, root and (hierarchical names) parent path of a starting run.
 
-    The child's own record wins for identities; an incomplete reference is resolved from this
-    worker's state; an unresolvable parent yields no parent edge rather than a guess. With
-    hierarchical names the parent's job path must be known too (`_parent_path`), else likewise.
+    The child's own record wins; an incomplete reference is resolved from this worker's state; an
+    unresolvable parent yields no parent edge rather than a guess. With hierarchical names the
+    parent's job path must be known too: from the record (`_record_path`), else from the visible
+    parent's state, which then gives the parent's identity as well; else no parent edge.
     """
     ref = record.parent
     if ref is None:
         return Lineage(None, None)
-    parent_state = lookup(ref.engine_run_id) if hierarchical or not ref.is_complete else None
+    parent_state: RunState | None = None
     parent_path: str | None = None
+    parent: JobRun | None
     if hierarchical:
-        parent_path = _parent_path(record, ref, parent_state)
-        if parent_path is None:
-            return Lineage(None, None, parent_not_visible=True)
-    parent = _identity_from_ref(ref, prefix, parent_path)
-    if parent is None:
-        if parent_state is None:
-            return Lineage(None, None, parent_not_visible=True)
-        parent = parent_state.run
+        parent_path = _record_path(record, ref)
+        if parent_path is not None:
+            parent = _identity_from_ref(ref, prefix, parent_path)
+        else:
+            parent_state = lookup(ref.engine_run_id)
+            parent_path = None if parent_state is None else _state_path(prefix, parent_state)
+            if parent_state is None or parent_path is None:
+                return Lineage(None, None, parent_not_visible=True)
+            parent = parent_state.run
+    else:
+        parent = _identity_from_ref(ref, prefix)
+        if parent is None:
+            parent_state = lookup(ref.engine_run_id)
+            if parent_state is None:
+                return Lineage(None, None, parent_not_visible=True)
+            parent = parent_state.run
+    assert parent is not None
     root: JobRun | None
     if record.root is None:
         # no root given: the parent's own root when the parent is in this state, else the parent
@@ -324,7 +347,7 @@ def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchica
             parent_state = lookup(ref.engine_run_id)
         root = (parent_state.root or parent_state.run) if parent_state is not None else parent
     else:
-        root = _identity_from_ref(record.root, prefix, record.root.job_name if hierarchical else None)
+        root = _identity_from_ref(record.root, prefix)  # a root's path is its own segment
         if root is None:
             if parent_state is not None and parent_state.root is not None:
                 root = parent_state.root

@@ -11,6 +11,9 @@ a non-ASCII host: IDNA 2008 with UTS #46 mapping (``s3://données`` -> ``s3://xn
 other character outside that set, non-ASCII or not, cannot be a namespace: percent-encoding would
 give a ``%``, which Marquez rejects as well, so the namespace is refused with a clear error instead.
 
+Job namespaces (a run's own, its parent's and its root's) may not contain ``=`` or ``;`` either:
+Marquez accepts them there but rewrites them to ``_``, which breaks its parent lookup.
+
 **Job paths.** A run's job path is the ``{type}@{version}`` segment of every run from its tree's
 root down to itself, joined by ``.`` (``ingest@1.enrich@2``); the worker's job name is its job
 prefix followed by the path. A path longer than `MAX_JOB_PATH_BYTES` is not extended: that run
@@ -28,6 +31,8 @@ NAMESPACE_CHARS = re.compile(r"[A-Za-z0-9_@+\-:=;/.]{1,1024}")
 MAX_NAMESPACE_CHARS = 1024
 MAX_JOB_PATH_BYTES = 1024
 _SCHEME_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)(.*)", re.DOTALL)
+URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")  # RFC 3986: an absolute URI starts so
+JOB_NAMESPACE_REWRITTEN = "=;"  # Marquez's formatNamespaceName turns these into _ in job namespaces
 
 
 class NamespaceError(ValueError):
@@ -71,9 +76,31 @@ def normalize_namespace(namespace: str) -> str:
     return normalized
 
 
+def normalize_job_namespace(namespace: str) -> str:
+    """A job namespace: a namespace without ``=`` and ``;``, which Marquez rewrites in job namespaces
+    (its parent lookup then compares the rewritten name with the facet's and files a phantom)."""
+    normalized = normalize_namespace(namespace)
+    bad = next((ch for ch in normalized if ch in JOB_NAMESPACE_REWRITTEN), None)
+    if bad is not None:
+        raise NamespaceError(
+            f"job namespace {namespace!r} has {bad!r}: Marquez rewrites = and ; in job namespaces to _"
+        )
+    return normalized
+
+
+def has_uri_scheme(namespace: str) -> bool:
+    """True for an absolute URI (``postgres://db:5432``), False for a bare name (``bigquery``)."""
+    return URI_SCHEME.match(namespace) is not None
+
+
 def job_segment(workflow_type: str, workflow_version: str) -> str:
     """One run's own part of a job path (today's flat job name without prefix)."""
     return f"{workflow_type}@{workflow_version}"
+
+
+def path_ends_with(path: str, segment: str) -> bool:
+    """True when `path` can be the job path of a run whose own segment is `segment`."""
+    return path == segment or path.endswith("." + segment)
 
 
 def child_job_path(parent_path: str, segment: str) -> tuple[str, bool]:

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from connectors.eventlog.codec import offset_encoder, tail_fields, values_encoder
-from connectors.eventlog.naming import NamespaceError, child_job_path, job_segment, normalize_namespace
+from connectors.eventlog.naming import (
+    NamespaceError,
+    child_job_path,
+    job_segment,
+    normalize_job_namespace,
+    normalize_namespace,
+    path_ends_with,
+)
 from connectors.eventlog.records import (
     DatasetDeclared,
     Direction,
@@ -110,10 +117,11 @@ def _optional_time(field_name: str, value: object) -> datetime | None:
     return None if value is None else _require_time(field_name, value)
 
 
-def _namespace(field_name: str, value: object) -> str:
-    """The namespace in the form receivers accept (`naming.normalize_namespace`), or a ValueError."""
+def _namespace(field_name: str, value: object, *, job: bool = False) -> str:
+    """The namespace in the form receivers accept (`naming`), or a NamespaceError (a ValueError)."""
     try:
-        return normalize_namespace(_require_text(field_name, value))
+        text = _require_text(field_name, value)
+        return normalize_job_namespace(text) if job else normalize_namespace(text)
     except NamespaceError as e:
         raise NamespaceError(f"{field_name}: {e}") from None
 
@@ -121,10 +129,14 @@ def _namespace(field_name: str, value: object) -> str:
 def _checked_ref(label: str, ref: RunRef) -> RunRef:
     """`ref` with its namespace normalized; its text fields checked."""
     _require_text(f"{label}.engine_run_id", ref.engine_run_id)
-    _optional_text(f"{label}.job_name", ref.job_name)
+    if _optional_text(f"{label}.job_name", ref.job_name) is not None and ref.is_complete:
+        assert ref.job_name is not None and ref.workflow_type is not None and ref.workflow_version is not None
+        segment = job_segment(ref.workflow_type, ref.workflow_version)
+        if not path_ends_with(ref.job_name, segment):
+            raise ValueError(f"{label}.job_name {ref.job_name!r} does not end with the run's own {segment!r}")
     if ref.namespace is None:
         return ref
-    namespace = _namespace(f"{label}.namespace", ref.namespace)
+    namespace = _namespace(f"{label}.namespace", ref.namespace, job=True)
     return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
 
 
@@ -262,14 +274,16 @@ class EventLogWriter:
         ):
             if type(text) is not str or not text.strip():
                 _require_text(label, text)  # raises, naming the field
-        namespace = _namespace("namespace", namespace)
+        namespace = _namespace("namespace", namespace, job=True)
         segment = job_segment(workflow_type, workflow_version)
         if parent_ref is None:
             job_path: str | None = segment
-        elif parent_ref.job_name is not None:
+        elif parent_ref.job_name is not None and parent_ref.is_complete:
             job_path = child_job_path(parent_ref.job_name, segment)[0]
         else:
-            job_path = None  # the worker may still find it (a parent visible in its state)
+            # the worker names this run from a parent visible in its state, or as a root: the
+            # writer cannot know which, so it claims no path (`naming`, docs/naming.md)
+            job_path = None
         partition = self.partition_for(workflow_instance)
         start = _require_time("start_time", start_time or append_time)
         principal = _optional_text("principal", principal)

@@ -190,10 +190,10 @@ def tail(path: Path, lines: int = 40) -> str:
 def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bool]]:
     """engine run id -> (the job path the docs promise, whether the run keeps its parent edge).
 
-    The rule of docs/naming, from the durable records alone: a root is its own segment; a child
-    extends its parent's path when its record carries the parent's path, when the parent is on the
-    same log partition (and so always in the worker's state first), or when the record names the
-    parent as its root; otherwise it is named as a root and has no parent edge.
+    The rule of docs/naming.md, from the durable records alone: a root is its own segment; a child
+    extends its parent's path when its record carries the parent's full coordinates and path, or
+    names the parent as its root too, or when the parent is on the same log partition (and so
+    always in the worker's state first); otherwise it is named as a root and has no parent edge.
     """
     out: dict[str, tuple[str, bool]] = {}
 
@@ -206,13 +206,14 @@ def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bo
         result = (own, False)
         if p is None:
             result = (own, False)
-        elif p.job_name is not None:
+        elif p.is_complete and p.job_name is not None:
+            # the writer's path for the parent must be the one the parent got
             assert p.engine_run_id not in starts or path(p.engine_run_id)[0] == p.job_name, rid
             result = (f"{p.job_name}.{own}", True)
+        elif p.is_complete and r.root is not None and r.root.engine_run_id == p.engine_run_id:
+            result = (f"{job_segment(p.workflow_type or '', p.workflow_version or '')}.{own}", True)
         elif p.engine_run_id in starts and starts[p.engine_run_id].partition == r.partition:
             result = (f"{path(p.engine_run_id)[0]}.{own}", True)
-        elif r.root is not None and r.root.engine_run_id == p.engine_run_id and p.is_complete:
-            result = (f"{job_segment(p.workflow_type or '', p.workflow_version or '')}.{own}", True)
         out[rid] = result
         return result
 

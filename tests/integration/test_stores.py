@@ -89,25 +89,57 @@ def test_a_failed_build_appends_nothing(store: EventLogStore) -> None:
 
 
 def test_non_ascii_records_round_trip_exactly(store: EventLogStore) -> None:
+    """The store keeps every field byte for byte, namespaces included: records written by other
+    writers reach the log unchecked (the writer API's own normalization is tested below)."""
+    from datetime import UTC, datetime
+
+    from connectors.eventlog.records import Direction, RunError, RunStatus
+
+    t = datetime(2026, 1, 2, tzinfo=UTC)
+    partition = 1
+    writer = EventLogWriter(store)
+    records_in = [
+        RunStarted(partition, 0, t, "r-é", "tenant-ß", "équipe-données", "import_日本語", "v1",
+                   "instance-ü-🚀", t),
+        DatasetDeclared(partition, 0, t, "r-é", Direction.OUTPUT, "out", "s3://bücket",
+                        "données/年度/報告.parquet", t),
+        RunEnded(partition, 0, t, "r-é", RunStatus.FAILED, t, RunError("Fehler: Datei «x» fehlt")),
+    ]  # fmt: skip
+    for record in records_in:
+        writer.append_record(record)
+    rows = store.read(partition, -1, 10)
+    records = [decode(r.payload, r.partition, r.offset) for r in rows]
+    started, declared, ended = records
+    assert isinstance(started, RunStarted) and started.workflow_instance == "instance-ü-🚀"
+    assert started.namespace == "équipe-données" and started.workflow_type == "import_日本語"
+    assert isinstance(declared, DatasetDeclared)
+    assert (declared.dataset_namespace, declared.dataset_name) == ("s3://bücket", "données/年度/報告.parquet")
+    assert isinstance(ended, RunEnded) and ended.error is not None
+    assert ended.error.message == "Fehler: Datei «x» fehlt"
+    assert [r.offset for r in records] == [0, 1, 2]
+
+
+def test_the_writer_api_stores_namespaces_in_the_form_receivers_accept(store: EventLogStore) -> None:
     writer = EventLogWriter(store)
     run = writer.run_started(
-        namespace="équipe-données",
+        namespace="postgres://équipe.données.example:5432",
         workflow_type="import_日本語",
         workflow_version="v1",
         workflow_instance="instance-ü-🚀",
         task_id="tenant-ß",
     )
     run.dataset_output("out", "s3://bücket", "données/年度/報告.parquet")
-    run.run_ended("failed", "Fehler: Datei «x» fehlt")
-    rows = store.read(run.partition, -1, 10)
-    records = [decode(r.payload, r.partition, r.offset) for r in rows]
-    started, declared, ended = records
-    assert isinstance(started, RunStarted) and started.workflow_instance == "instance-ü-🚀"
+    started, declared = (decode(r.payload, r.partition, r.offset) for r in store.read(run.partition, -1, 10))
+    assert (
+        isinstance(started, RunStarted)
+        and started.namespace == "postgres://xn--quipe-9ra.xn--donnes-eva.example:5432"
+    )
+    assert started.workflow_instance == "instance-ü-🚀"  # only namespaces are normalized
     assert isinstance(declared, DatasetDeclared)
-    assert (declared.dataset_namespace, declared.dataset_name) == ("s3://bücket", "données/年度/報告.parquet")
-    assert isinstance(ended, RunEnded) and ended.error is not None
-    assert ended.error.message == "Fehler: Datei «x» fehlt"
-    assert [r.offset for r in records] == [0, 1, 2]
+    assert (declared.dataset_namespace, declared.dataset_name) == (
+        "s3://xn--bcket-kva",
+        "données/年度/報告.parquet",
+    )
 
 
 def test_wait_for_change_wakes_a_reader_on_append(store: EventLogStore, log_url: str) -> None:

@@ -228,6 +228,7 @@ def test_the_worker_normalizes_namespaces_and_adds_a_datasource_to_every_dataset
     ("records", "field"),
     [
         ([started(namespace="ünïcode ns")], "namespace"),
+        ([started(namespace="team=data;prod")], "namespace"),  # Marquez rewrites = and ; in job namespaces
         ([started(parent=RunRef("p", namespace="a b"))], "parent.namespace"),
         ([started(), declared(ns="file:///données", offset=4)], "dataset_namespace"),
     ],
@@ -278,6 +279,10 @@ def test_the_writer_normalizes_namespaces_and_refuses_impossible_ones() -> None:
     run.dataset_input("k", "s3://données-brutes", "clients/日本.json")
     with pytest.raises(NamespaceError, match=re.escape("namespace: namespace 'file:///données' has 'é'")):
         run.dataset_output("k", "file:///données", "x")
+    with pytest.raises(NamespaceError, match=r"^namespace: job namespace 'a=b' has '='"):
+        writer.run_started(namespace="a=b", workflow_type="a", workflow_version="1", workflow_instance="i",
+                           task_id="t")  # fmt: skip
+    run.dataset_input("k", "kafka://b:9092;c:9092", "t")  # allowed in a dataset namespace
     with pytest.raises(NamespaceError, match=r"^namespace: "):
         writer.run_started(namespace="a b", workflow_type="a", workflow_version="1", workflow_instance="i",
                            task_id="t")  # fmt: skip
@@ -289,7 +294,7 @@ def test_the_writer_normalizes_namespaces_and_refuses_impossible_ones() -> None:
         for r in (codec.decode(row.payload) for row in store.all_rows())
         if hasattr(r, "key")
     ]
-    assert declared_ns == ["s3://xn--donnes-brutes-ehb"]
+    assert declared_ns == ["s3://xn--donnes-brutes-ehb", "kafka://b:9092;c:9092"]
 
 
 def test_a_record_of_the_v2_schema_decodes_with_no_job_path() -> None:
@@ -297,6 +302,8 @@ def test_a_record_of_the_v2_schema_decodes_with_no_job_path() -> None:
     parsed = fastavro.parse_schema(json.loads(history.read_text(encoding="utf-8")), _write_hint=False)
     v2 = next(ws for ws in codec.known_writer_schemas().values() if ws.source == "history/RunStarted.v2.avsc")
     assert v2.fingerprint != codec.fingerprint_of("RunStarted") and parsed
+    # the fingerprint of avro/RunStarted.avsc as released before v3 (CRC-64-AVRO f93830d2804014c0)
+    assert v2.fingerprint == bytes.fromhex("f93830d2804014c0")[::-1]
     ref = {"engine_run_id": "p", "namespace": "n", "workflow_type": "a", "workflow_version": "1",
            "workflow_instance": "i", "start_time": T0}  # fmt: skip
     data = codec.encode_with(
@@ -317,3 +324,52 @@ def test_a_record_of_the_v2_schema_decodes_with_no_job_path() -> None:
 def test_the_current_schema_round_trips_the_job_path() -> None:
     record = started("c", parent=replace(ref_of(started("p")), job_name="x@1.y@2"))
     assert codec.decode(codec.encode(record)) == record
+
+
+def test_the_writer_claims_no_path_for_a_child_of_an_incomplete_reference() -> None:
+    writer = EventLogWriter(MemoryEventLogStore(partitions=2), clock=lambda: T0)
+    child = writer.run_started(namespace="n", workflow_type="b", workflow_version="2", workflow_instance="j",
+                               task_id="t", parent=RunRef("p", job_name="a@1"))  # fmt: skip
+    assert child.ref.job_name is None  # the worker may name it as a root: it must not be contradicted
+    (row,) = writer.store.all_rows()  # type: ignore[attr-defined]
+    record = codec.decode(row.payload, row.partition, row.offset)
+    h = Harness()
+    (o,) = h.feed(record)  # the record the writer wrote, its parent not visible
+    assert doc(o)["job"]["name"] == "b@2" and "parent" not in doc(o)["run"]["facets"]
+    assert h.steps[0].parent_not_visible
+    wrong = replace(ref_of(started("p", wtype="m")), job_name="a@1.x@9")
+    with pytest.raises(ValueError, match=r"parent\.job_name 'a@1\.x@9' does not end with the run's own 'm@3"):
+        writer.run_started(namespace="n", workflow_type="b", workflow_version="2", workflow_instance="j",
+                           task_id="t", parent=wrong)  # fmt: skip
+
+
+def test_a_path_on_record_that_does_not_fit_its_run_is_not_used() -> None:
+    parent = started("p", wtype="mid", instance="p", partition=0)
+    child = started("c", wtype="leaf", instance="c", offset=3, parent=path_ref(parent, "a@1.other@2"))
+    h = Harness()
+    p_out, c_out = h.feed(parent, child)  # visible: the parent's own state decides
+    assert doc(c_out)["job"]["name"] == "mid@3.leaf@3"
+    assert doc(c_out)["run"]["facets"]["parent"]["job"]["name"] == doc(p_out)["job"]["name"]
+    (alone,) = Harness().feed(child)  # not visible: no edge rather than the wrong path
+    assert doc(alone)["job"]["name"] == "leaf@3" and "parent" not in doc(alone)["run"]["facets"]
+
+
+@pytest.mark.parametrize("prefix", ["", "prod."])
+def test_a_visible_parent_stored_without_a_path_is_extended_by_its_emitted_name(prefix: str) -> None:
+    """States stored by the previous version (or in flat mode) have no path: the child extends the
+    name the parent's events carried, so the parent facet and the child's name agree."""
+    cfg = MappingConfig(job_prefix=prefix)
+    grand = started("g", wtype="daily", instance="g", partition=2)
+    parent = started("p", wtype="mid", instance="p", partition=0, parent=ref_of(grand))
+    old = Harness(MappingConfig(job_prefix=prefix, job_names="flat"))
+    (p_out,) = old.feed(parent)
+    raw = json.loads(dumps_state(old.table["p"]))
+    del raw["path"]
+    h = Harness(cfg)
+    h.table["p"] = loads_state(json.dumps(raw).encode())
+    for ref in (RunRef("p"), ref_of(parent)):  # id only, and complete without a path
+        (c_out,) = h.feed(started("c" + str(len(h.steps)), wtype="leaf", instance="c", offset=5, parent=ref))
+        facet = doc(c_out)["run"]["facets"]["parent"]
+        assert facet["job"]["name"] == doc(p_out)["job"]["name"] == f"{prefix}mid@3"
+        assert doc(c_out)["job"]["name"] == f"{prefix}mid@3.leaf@3"
+
