@@ -20,7 +20,8 @@ from connectors.eventlog.naming import (
     job_segment,
     normalize_job_namespace,
     normalize_namespace,
-    path_ends_with,
+    parent_path_on_record,
+    with_job_namespace,
 )
 from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
 from olstream.errors import OlstreamError
@@ -267,37 +268,17 @@ class Lineage:
     parent_path: str | None = None  # hierarchical names only: the parent's job path
 
 
-def _namespace(value: str, field_name: str, record: RunStarted | DatasetDeclared) -> str:
-    try:
-        if isinstance(record, RunStarted):  # a job namespace: the run's, its parent's or its root's
-            return normalize_job_namespace(value)
-        return normalize_namespace(value)
-    except NamespaceError as e:
-        raise StreamInputError(
-            "invalid_namespace", f"{field_name}: {e}", record.partition, record.offset
-        ) from None
+def _invalid_namespace(
+    e: NamespaceError, field_name: str, record: RunStarted | DatasetDeclared
+) -> StreamInputError:
+    return StreamInputError("invalid_namespace", f"{field_name}: {e}", record.partition, record.offset)
 
 
 def _normalized_ref(ref: RunRef | None, label: str, record: RunStarted) -> RunRef | None:
-    if ref is None or ref.namespace is None:
-        return ref
-    namespace = _namespace(ref.namespace, f"{label}.namespace", record)
-    return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
-
-
-def _record_path(record: RunStarted, ref: RunRef) -> str | None:
-    """The parent's job path from the child's record alone (no state, so no timing): the ref's
-    `job_name` when it fits the ref's own segment, or its segment when the record names the parent
-    as the root too (a root's path is its segment; this covers records written before v3)."""
-    if not ref.is_complete:
-        return None
-    assert ref.workflow_type is not None and ref.workflow_version is not None
-    segment = job_segment(ref.workflow_type, ref.workflow_version)
-    if ref.job_name is not None:
-        return ref.job_name if path_ends_with(ref.job_name, segment) else None
-    if record.root is not None and record.root.engine_run_id == ref.engine_run_id:
-        return segment
-    return None
+    try:
+        return None if ref is None else with_job_namespace(ref)
+    except NamespaceError as e:
+        raise _invalid_namespace(e, f"{label}.namespace", record) from None
 
 
 def _state_path(prefix: str, state: RunState) -> str | None:
@@ -313,8 +294,8 @@ def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchica
 
     The child's own record wins; an incomplete reference is resolved from this worker's state; an
     unresolvable parent yields no parent edge rather than a guess. With hierarchical names the
-    parent's job path must be known too: from the record (`_record_path`), else from the visible
-    parent's state, which then gives the parent's identity as well; else no parent edge.
+    parent's job path must be known too: from the record (`naming.parent_path_on_record`), else
+    from the visible parent's state, which then gives the parent's identity as well; else no edge.
     """
     ref = record.parent
     if ref is None:
@@ -323,7 +304,7 @@ def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchica
     parent_path: str | None = None
     parent: JobRun | None
     if hierarchical:
-        parent_path = _record_path(record, ref)
+        parent_path = parent_path_on_record(ref, record.root)
         if parent_path is not None:
             parent = _identity_from_ref(ref, prefix, parent_path)
         else:
@@ -364,7 +345,10 @@ def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchic
     extending the parent's (`naming.child_job_path`); a run whose parent's path is unknown, or
     whose path would exceed the limit, starts a path of its own and has no parent edge.
     """
-    namespace = _namespace(record.namespace, "namespace", record)
+    try:
+        namespace = normalize_job_namespace(record.namespace)
+    except NamespaceError as e:
+        raise _invalid_namespace(e, "namespace", record) from None
     parent_ref = _normalized_ref(record.parent, "parent", record)
     root_ref = _normalized_ref(record.root, "root", record)
     if namespace != record.namespace or parent_ref is not record.parent or root_ref is not record.root:
@@ -419,7 +403,10 @@ def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchic
 def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
     """The state with the dataset added, or None when it was already declared (a replay or a repeat)."""
     current = state.inputs if record.direction is Direction.INPUT else state.outputs
-    namespace = _namespace(record.dataset_namespace, "dataset_namespace", record)
+    try:
+        namespace = normalize_namespace(record.dataset_namespace)
+    except NamespaceError as e:
+        raise _invalid_namespace(e, "dataset_namespace", record) from None
     for d in current:
         if d.namespace == namespace and d.name == record.dataset_name:
             return None

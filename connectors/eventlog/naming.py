@@ -23,9 +23,12 @@ starts a new path of its own segment (and the worker emits it without a parent f
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import lru_cache
 
 import idna
+
+from connectors.eventlog.records import RunRef
 
 NAMESPACE_CHARS = re.compile(r"[A-Za-z0-9_@+\-:=;/.]{1,1024}")
 MAX_NAMESPACE_CHARS = 1024
@@ -88,6 +91,14 @@ def normalize_job_namespace(namespace: str) -> str:
     return normalized
 
 
+def with_job_namespace(ref: RunRef) -> RunRef:
+    """`ref` with its (job) namespace normalized; NamespaceError when it has no accepted form."""
+    if ref.namespace is None:
+        return ref
+    namespace = normalize_job_namespace(ref.namespace)
+    return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
+
+
 def has_uri_scheme(namespace: str) -> bool:
     """True for an absolute URI (``postgres://db:5432``), False for a bare name (``bigquery``)."""
     return URI_SCHEME.match(namespace) is not None
@@ -109,3 +120,22 @@ def child_job_path(parent_path: str, segment: str) -> tuple[str, bool]:
     if len(path.encode("utf-8")) > MAX_JOB_PATH_BYTES:
         return segment, False
     return path, True
+
+
+def parent_path_on_record(parent: RunRef, root: RunRef | None) -> str | None:
+    """The parent's job path from a child's record alone (no state, so no timing), or None.
+
+    A complete reference's `job_name` when it ends with the parent's own segment; the parent's
+    segment when the record names the parent as the root too (a root's path is its segment; this
+    covers records written before `job_name` existed). The writer API and the worker both use it,
+    so the path a writer claims for a child is the one the worker gives it.
+    """
+    if not parent.is_complete:
+        return None
+    assert parent.workflow_type is not None and parent.workflow_version is not None
+    segment = job_segment(parent.workflow_type, parent.workflow_version)
+    if parent.job_name is not None:
+        return parent.job_name if path_ends_with(parent.job_name, segment) else None
+    if root is not None and root.engine_run_id == parent.engine_run_id:
+        return segment
+    return None

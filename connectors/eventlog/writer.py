@@ -20,7 +20,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from connectors.eventlog.codec import offset_encoder, tail_fields, values_encoder
@@ -30,7 +30,9 @@ from connectors.eventlog.naming import (
     job_segment,
     normalize_job_namespace,
     normalize_namespace,
+    parent_path_on_record,
     path_ends_with,
+    with_job_namespace,
 )
 from connectors.eventlog.records import (
     DatasetDeclared,
@@ -134,10 +136,10 @@ def _checked_ref(label: str, ref: RunRef) -> RunRef:
         segment = job_segment(ref.workflow_type, ref.workflow_version)
         if not path_ends_with(ref.job_name, segment):
             raise ValueError(f"{label}.job_name {ref.job_name!r} does not end with the run's own {segment!r}")
-    if ref.namespace is None:
-        return ref
-    namespace = _namespace(f"{label}.namespace", ref.namespace, job=True)
-    return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
+    try:
+        return with_job_namespace(ref)
+    except NamespaceError as e:
+        raise NamespaceError(f"{label}.namespace: {e}") from None
 
 
 def parse_status(value: RunStatus | str) -> RunStatus:
@@ -276,10 +278,11 @@ class EventLogWriter:
                 _require_text(label, text)  # raises, naming the field
         namespace = _namespace("namespace", namespace, job=True)
         segment = job_segment(workflow_type, workflow_version)
+        parent_path = None if parent_ref is None else parent_path_on_record(parent_ref, root_ref)
         if parent_ref is None:
             job_path: str | None = segment
-        elif parent_ref.job_name is not None and parent_ref.is_complete:
-            job_path = child_job_path(parent_ref.job_name, segment)[0]
+        elif parent_path is not None:
+            job_path = child_job_path(parent_path, segment)[0]
         else:
             # the worker names this run from a parent visible in its state, or as a root: the
             # writer cannot know which, so it claims no path (`naming`, docs/naming.md)

@@ -373,3 +373,20 @@ def test_a_visible_parent_stored_without_a_path_is_extended_by_its_emitted_name(
         assert facet["job"]["name"] == doc(p_out)["job"]["name"] == f"{prefix}mid@3"
         assert doc(c_out)["job"]["name"] == f"{prefix}mid@3.leaf@3"
 
+
+
+def test_the_writer_and_the_worker_share_the_rule_for_a_parent_named_as_root() -> None:
+    """A complete reference without a path that the record also names as the root: both sides take
+    the parent's segment as its path (one function, `naming.parent_path_on_record`)."""
+    store = MemoryEventLogStore(partitions=4)
+    writer = EventLogWriter(store, clock=lambda: T0)
+    ref = RunRef("p", "n", "a", "1", "i", T0)  # a v2-style reference: no job_name
+    child = writer.run_started(namespace="n", workflow_type="b", workflow_version="2", workflow_instance="j",
+                               task_id="t", parent=ref, root=ref)  # fmt: skip
+    grandchild = writer.run_started(namespace="n", workflow_type="c", workflow_version="3",
+                                    workflow_instance="k", task_id="t", parent=child)  # fmt: skip
+    assert (child.ref.job_name, grandchild.ref.job_name) == ("a@1.b@2", "a@1.b@2.c@3")
+    records = [codec.decode(r.payload, r.partition, r.offset) for r in store.all_rows()]
+    starts = {r.engine_run_id: r for r in records if isinstance(r, RunStarted)}
+    names = {rid: doc(Harness().feed(r)[0])["job"]["name"] for rid, r in starts.items()}  # each alone
+    assert names[child.engine_run_id] == "a@1.b@2" and names[grandchild.engine_run_id] == "a@1.b@2.c@3"
