@@ -237,17 +237,17 @@ def _job_ref_json(j: JobRun) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _datasource_json(f: _Fragments, namespace: str) -> tuple[str, str]:
+def _datasource_json(datasource: str, namespace: str) -> tuple[str, str]:
     """(the dataset's opening up to its name, its facets up to the dataSource facet's end)."""
     ns = _q(namespace)
     uri = f',"uri":{ns}' if has_uri_scheme(namespace) else ""
-    return f'{{"namespace":{ns},"name":', f'{f.datasource},"name":{ns}{uri}}}'
+    return f'{{"namespace":{ns},"name":', f'{datasource},"name":{ns}{uri}}}'
 
 
 def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
     parts = []
     for d in refs:
-        head, source = _datasource_json(f, d.namespace)
+        head, source = _datasource_json(f.datasource, d.namespace)  # str keys: hashes are cached
         if d.version is None:
             parts.append(f"{head}{_q(d.name)}{source}}}}}")
         else:

@@ -79,6 +79,7 @@ def normalize_namespace(namespace: str) -> str:
     return normalized
 
 
+@lru_cache(maxsize=4096)
 def normalize_job_namespace(namespace: str) -> str:
     """A job namespace: a namespace without ``=`` and ``;``, which Marquez rewrites in job namespaces
     (its parent lookup then compares the rewritten name with the facet's and files a phantom)."""
