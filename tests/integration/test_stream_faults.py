@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.eventlog import codec
-from connectors.eventlog.records import RunEnded, RunStarted
+from connectors.eventlog.naming import normalize_namespace
+from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunStarted
 from streams.mapping import TERMINAL_EVENT_TYPES
 from tests.integration.stream_support import (
     Out,
@@ -128,6 +129,23 @@ def test_scale_out_kill_9_one_of_three_workers(
                 f"after the kill, {len(missing)} runs lack START and {len(missing_end)} their terminal "
                 f"event (e.g. {(missing + missing_end)[:3]}):\n{logs}"
             )
+        # a lost declaration loses no event, only a dataset: every one must be on its run's terminal event
+        declared: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for r in records:
+            if isinstance(r, DatasetDeclared) and r.engine_run_id in ends:
+                side = "inputs" if r.direction is Direction.INPUT else "outputs"
+                dataset = (side, normalize_namespace(r.dataset_namespace), r.dataset_name)
+                declared[r.engine_run_id].add(dataset)
+        on_terminal: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for o in follower.seen:
+            doc = o.doc
+            if doc["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+                rid = doc["run"]["facets"]["workflow"]["engineRunId"]
+                for side in ("inputs", "outputs"):
+                    on_terminal[rid].update((side, d["namespace"], d["name"]) for d in doc[side])
+        lost = {rid: sorted(want - on_terminal[rid]) for rid, want in declared.items()}
+        lost = {rid: datasets for rid, datasets in lost.items() if datasets}
+        assert not lost, f"{len(lost)} runs lost declared datasets, e.g. {list(lost.items())[:2]}"
     finally:
         for p in procs:
             stop(p)
