@@ -19,16 +19,19 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException
 from faust.streams import _current_event as _CURRENT_EVENT
+from faust.types import TP
 
 from connectors.eventlog import codec
 from connectors.eventlog.naming import MAX_JOB_PATH_BYTES
 from connectors.eventlog.records import Record, RunEnded
 from olstream.errors import DecodeError, DeliveryError
 from streams import app as m
+from streams.consumer import WorkerConsumer
+from streams.input_ledger import Admission, InputLedger
 from streams.processor import apply
 from streams.retention import CommittedLogPositions, Retention
 from streams.runid import epoch_millis
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 
 EX_SEND_FAILED = 75
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
+REREAD_SECONDS = 10.0  # a partition read again from a hole is sought again if nothing came by then
 
 
 def _header(headers: Any, name: str) -> bytes | None:
@@ -69,8 +73,9 @@ def _set_current_event(event: Any) -> None:
 class StreamWorker:
     """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
 
-    def __init__(self, sa: m.StreamApp, sender: Sender) -> None:
+    def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
         self.sa = sa
+        self.input_offsets = input_offsets
         self.settings = sa.settings
         self.cfg = sa.settings.mapping
         self.table = sa.table
@@ -81,7 +86,6 @@ class StreamWorker:
         self.rescan_needed = True
         self.parent_warned = False
         self.path_warned = False
-        self.processed: dict[int, int] = {}  # input partition -> next offset, after its sends were acked
         self.stopping = False
         # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
@@ -215,8 +219,6 @@ class StreamWorker:
                 for event in events:
                     await stream.ack(event)
                     msg = event.message
-                    if msg.offset >= self.processed.get(msg.partition, 0):
-                        self.processed[msg.partition] = msg.offset + 1
                     if msg.offset > last_input.get(msg.partition, -1):
                         last_input[msg.partition] = msg.offset
             for input_partition, log_offsets in positions.items():
@@ -277,6 +279,10 @@ class StreamWorker:
             self.sender.send(self.settings.output_topic, out.key, out.value)
             m.event_counter(out.event_type).inc()
 
+    @property
+    def consumer(self) -> WorkerConsumer:
+        return cast(WorkerConsumer, self.sa.app.consumer)
+
     def owned_input_tps(self) -> list[Any]:
         """The input topic's partitions currently assigned to this worker."""
         topic = self.settings.input_topic
@@ -294,6 +300,78 @@ class StreamWorker:
             return
         for partition, offset in offsets.items():
             self.committed_log.note_committed(partition, offset)
+
+    # ------------------------------------------------------------------ input order
+
+    async def admit(self, event: Any) -> bool:
+        """Take the event only as the next record of its input partition (see streams.input_ledger).
+
+        A record the agent does not take is released without marking its offset: it is taken
+        when the partition is read again (after the seek faust makes on every assignment, or the
+        one made here for a hole).
+        """
+        msg = event.message
+        ledger = self.consumer.ledgers.get(msg.partition)
+        verdict = Admission.SKIP if ledger is None else ledger.admit(msg.offset)
+        if verdict is Admission.HOLE and ledger is not None:
+            verdict = await self.look_into_hole(ledger, msg)
+        if verdict is Admission.PROCESS:
+            return True
+        await self.stream.ack(event)  # outside agent_acks: released, its offset not marked
+        return False
+
+    async def look_into_hole(self, ledger: InputLedger, msg: Any) -> Admission:
+        """Ask the broker what lies between the partition's read position and this record."""
+        partition, expected = msg.partition, ledger.next_offset
+        try:
+            first = await self.input_offsets.first_offset_from(partition, expected)
+        except KafkaException as e:
+            log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
+            first = None
+        if self.consumer.ledgers.get(partition) is not ledger:
+            return Admission.SKIP  # sought or revoked meanwhile: the ledger started over
+        if first is not None and first >= msg.offset:
+            ledger.pass_absent(msg.offset)  # no records in between (transaction markers)
+            return ledger.admit(msg.offset)
+        if first is not None:
+            ledger.pass_absent(first)
+        await self.reread(ledger, partition)
+        return Admission.SKIP
+
+    async def reread(self, ledger: InputLedger, partition: int) -> None:
+        offset = ledger.request_reread(time.monotonic())
+        m.INPUT_REREAD.inc()
+        log.warning(
+            "input partition %d: records from offset %d were fetched but never reached the agent; "
+            "reading the partition again from there",
+            partition,
+            offset,
+        )
+        await self.consumer.seek(TP(self.settings.input_topic, partition), offset)
+
+    async def pass_trailing_markers(self, partition: int, ledger: InputLedger, high: int) -> bool:
+        """Whether the partition's tail from the read position up to `high` holds no records.
+
+        A hole is found when a record past it arrives, and none arrives after the transaction
+        marker that ends the last transaction: asked only once everything taken is acked.
+        """
+        expected = ledger.next_offset
+        if self.batch or expected >= high or ledger.advance() != expected:
+            return False
+        first = await self.input_offsets.first_offset_from(partition, expected)
+        if first is None or first < high:
+            return False
+        if self.consumer.ledgers.get(partition) is not ledger or ledger.next_offset != expected:
+            return False
+        ledger.pass_absent(high)  # transaction markers only
+        return True
+
+    async def retry_rereads(self) -> None:
+        """Seek again where a read from a hole did not bring its record within REREAD_SECONDS."""
+        now = time.monotonic()
+        for partition, ledger in list(self.consumer.ledgers.items()):
+            if ledger.reread_since is not None and now - ledger.reread_since >= REREAD_SECONDS:
+                await self.reread(ledger, partition)
 
     def note_parent_not_visible(self, record: Record) -> None:
         m.PARENT_NOT_VISIBLE.inc()
@@ -337,12 +415,15 @@ class StreamWorker:
         if not tps or app.rebalancing:
             return
         bounds = await end_offsets([tp.partition for tp in tps])
-        if any(
-            self.processed.get(tp.partition, 0) < bounds[tp.partition][1]
-            and bounds[tp.partition][1] > bounds[tp.partition][0]
-            for tp in tps
-        ):
-            return
+        for tp in tps:
+            low, high = bounds[tp.partition]
+            ledger = self.consumer.ledgers.get(tp.partition)
+            if high <= low:
+                continue
+            if ledger is None:
+                return
+            if ledger.advance() < high and not await self.pass_trailing_markers(tp.partition, ledger, high):
+                return
         await consumer.commit()
         for tp in tps:
             low, high = bounds[tp.partition]
@@ -361,7 +442,8 @@ class StreamWorker:
 
 def attach(sa: m.StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hook and the idle timer on the app."""
-    worker = StreamWorker(sa, Sender(sa.settings.bootstrap))
+    input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
+    worker = StreamWorker(sa, Sender(sa.settings.bootstrap), input_offsets)
     app = sa.app
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
@@ -370,6 +452,8 @@ def attach(sa: m.StreamApp) -> StreamWorker:
         stream.enable_acks = False
         worker.stream = stream
         async for event in stream.events():
+            if not await worker.admit(event):
+                continue
             async with worker.lock:
                 token = _CURRENT_EVENT.set(None)
                 try:
@@ -394,12 +478,15 @@ def attach(sa: m.StreamApp) -> StreamWorker:
             sorted(tp.partition for tp in worker.owned_input_tps()),
         )
 
-    input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
-
     async def committed_timer() -> None:
         await worker.refresh_committed(input_offsets)
 
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
+
+    async def reread_timer() -> None:
+        await worker.retry_rereads()
+
+    app.timer(1.0)(reread_timer)
 
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 

@@ -40,6 +40,10 @@ EVICTED = Counter("olstream_stream_evicted_runs_total", "Finished runs evicted a
 RETAINED = Gauge(
     "olstream_stream_finished_runs_retained", "Finished runs kept for replays (retention window)"
 )
+INPUT_REREAD = Counter(
+    "olstream_stream_input_reread_total",
+    "Input records fetched but never handed to the agent, found by the commit ledger and read again",
+)
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
@@ -142,6 +146,16 @@ class InputOffsets:
         self.topic = topic
         config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
         self._consumer = Consumer(config)
+        # reads single records by assignment (never subscribes or commits); faust reads the input
+        # uncommitted, and so does this
+        self._probe = Consumer(
+            {
+                **config,
+                "isolation.level": "read_uncommitted",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
 
     def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
         from confluent_kafka import TopicPartition
@@ -157,6 +171,26 @@ class InputOffsets:
 
         tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=10)
         return {tp.partition: tp.offset for tp in tps if tp.error is None and tp.offset >= 0}
+
+    def _first_offset_from(self, partition: int, offset: int) -> int | None:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        self._probe.assign([TopicPartition(self.topic, partition, offset)])
+        try:
+            for msg in self._probe.consume(1, timeout=5.0):
+                err, found = msg.error(), msg.offset()
+                if found is not None and (err is None or err.code() == KafkaError._PARTITION_EOF):
+                    return int(found)
+            return None
+        finally:
+            self._probe.unassign()
+
+    async def first_offset_from(self, partition: int, offset: int) -> int | None:
+        """The offset of the first record at or after `offset`, or the partition's end offset when
+        there is none (None: nothing could be read in 5 s)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._first_offset_from, partition, offset
+        )
 
     async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
         """Low and high watermark of each partition."""

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from connectors.eventlog import codec
 from connectors.eventlog.records import RunEnded, RunStarted
@@ -14,6 +15,7 @@ from tests.integration.stream_support import (
     Out,
     consume_all,
     expected_job_paths,
+    headers_for,
     produce_raw,
     produce_records,
     produce_rows,
@@ -112,3 +114,38 @@ def test_simulated_workload_valid_ordered_and_identical_over_3_and_6_partitions(
     for n, (_, err) in outputs.items():
         errors = consume_all(kafka_bootstrap, err, expect=2, idle=0.5)
         assert len(errors) == 2, f"{n} partitions: {len(errors)} error records"
+
+
+def test_input_written_in_transactions_is_processed_to_its_end_and_committed(
+    kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
+) -> None:
+    """`olstream source --exactly-once` input: each transaction's marker takes an offset no record has.
+
+    The worker takes records strictly in offset order, so each marker is a hole the broker must
+    show empty; the last one ends the partition, and --until-idle stops only once it is committed.
+    """
+    rows, _ = simulated_rows(tmp_path, runs=150, seed=8)
+    records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
+    expected = sum(isinstance(r, (RunStarted, RunEnded)) for r in records)
+    src, out, err = make_topic(2), make_topic(2), make_topic(1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{src}"})
+    producer.init_transactions(30)
+    for i in range(0, len(rows), 97):
+        producer.begin_transaction()
+        for row in rows[i : i + 97]:
+            producer.produce(
+                src,
+                row.payload,
+                str(row.partition).encode(),
+                headers=headers_for(row.partition, row.offset, row.payload),
+            )
+        producer.commit_transaction(30)
+    log = tmp_path / "w.log"
+    proc = start_worker(
+        worker_cmd(kafka_bootstrap, unique_group, tmp_path / "w", src, out, err, "--until-idle"), log
+    )
+    assert proc.wait(240) == 0, log.read_text()[-4000:]
+    outs = consume_all(kafka_bootstrap, out, expect=expected, idle=1.0)
+    assert len(outs) == expected and len({o.value for o in outs}) == expected
+    assert consume_all(kafka_bootstrap, err, idle=1.0) == [], "no record was taken for bad input"
+    assert "never reached the agent" not in log.read_text(), "a marker was taken for a dropped record"
