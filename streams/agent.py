@@ -21,9 +21,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, cast
 
+from aiokafka.errors import IllegalStateError
 from confluent_kafka import KafkaException
 from faust.streams import _current_event as _CURRENT_EVENT
-from faust.types import TP
 
 from connectors.eventlog import codec
 from connectors.eventlog.naming import MAX_JOB_PATH_BYTES
@@ -347,7 +347,13 @@ class StreamWorker:
             partition,
             offset,
         )
-        await self.consumer.seek(TP(self.settings.input_topic, partition), offset)
+        await self.seek_input(partition, offset)
+
+    async def seek_input(self, partition: int, offset: int) -> None:
+        try:
+            await self.consumer.read_input_again(partition, offset)
+        except IllegalStateError as e:  # revoked meanwhile: its next owner reads it from the commit
+            log.info("input partition %d not read again: %s", partition, e)
 
     async def pass_trailing_markers(self, partition: int, ledger: InputLedger, high: int) -> bool:
         """Whether the partition's tail from the read position up to `high` holds no records.
@@ -367,11 +373,16 @@ class StreamWorker:
         return True
 
     async def retry_rereads(self) -> None:
-        """Seek again where a read from a hole did not bring its record within REREAD_SECONDS."""
+        """Read again from where a read from a hole brought nothing within REREAD_SECONDS.
+
+        Without the reread mark, the first record fetched past the read position is a hole again
+        and the broker is asked again (a marker the first answer missed is passed then).
+        """
         now = time.monotonic()
         for partition, ledger in list(self.consumer.ledgers.items()):
             if ledger.reread_since is not None and now - ledger.reread_since >= REREAD_SECONDS:
-                await self.reread(ledger, partition)
+                ledger.reread_since = None
+                await self.seek_input(partition, ledger.next_offset)
 
     def note_parent_not_visible(self, record: Record) -> None:
         m.PARENT_NOT_VISIBLE.inc()

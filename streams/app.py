@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -148,6 +149,7 @@ class InputOffsets:
         self._consumer = Consumer(config)
         # reads single records by assignment (never subscribes or commits); faust reads the input
         # uncommitted, and so does this
+        self._probe_lock = threading.Lock()
         self._probe = Consumer(
             {
                 **config,
@@ -175,15 +177,18 @@ class InputOffsets:
     def _first_offset_from(self, partition: int, offset: int) -> int | None:
         from confluent_kafka import KafkaError, TopicPartition
 
-        self._probe.assign([TopicPartition(self.topic, partition, offset)])
-        try:
-            for msg in self._probe.consume(1, timeout=5.0):
-                err, found = msg.error(), msg.offset()
-                if found is not None and (err is None or err.code() == KafkaError._PARTITION_EOF):
-                    return int(found)
-            return None
-        finally:
-            self._probe.unassign()
+        with self._probe_lock:  # one assignment at a time: the agent and the idle timer both ask
+            self._probe.assign([TopicPartition(self.topic, partition, offset)])
+            try:
+                for msg in self._probe.consume(1, timeout=5.0):
+                    err, found = msg.error(), msg.offset()
+                    if msg.partition() != partition or found is None:
+                        continue
+                    if err is None or err.code() == KafkaError._PARTITION_EOF:
+                        return int(found)
+                return None
+            finally:
+                self._probe.unassign()
 
     async def first_offset_from(self, partition: int, offset: int) -> int | None:
         """The offset of the first record at or after `offset`, or the partition's end offset when

@@ -104,7 +104,7 @@ class WorkerConsumer(faust_aiokafka.Consumer):
                 continue
             if offset is None or offset <= 0:
                 offset = earliest.get(TP(tp.topic, tp.partition)) or 0
-                await self._seek(TP(tp.topic, tp.partition), offset)
+                await self.seek_wait({TP(tp.topic, tp.partition): offset})  # on the consumer's thread
             self.ledgers[tp.partition] = InputLedger(offset)
         return committed
 
@@ -114,6 +114,13 @@ class WorkerConsumer(faust_aiokafka.Consumer):
             ledger = self.ledgers.get(partition.partition)
             if ledger is not None and offset < ledger.base:
                 self.ledgers[partition.partition] = InputLedger(offset)
+
+    async def read_input_again(self, partition: int, offset: int) -> None:
+        """Seek an input partition back (on the consumer's thread, as faust's own seeks run there).
+
+        Raises aiokafka's IllegalStateError when the partition is no longer assigned.
+        """
+        await self.seek_wait({TP(self.input_topic, partition): offset})
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
         if tp.topic != self.input_topic:  # the input's gaps are the ledger's business

@@ -115,8 +115,8 @@ class FakeThread:
     async def earliest_offsets(self, *tps: Any) -> dict[Any, int]:
         return {tp: self.earliest[tp] for tp in tps}
 
-    def seek(self, tp: Any, offset: int) -> None:
-        self.seeks.append((tp.partition, offset))
+    async def seek_wait(self, partitions: dict[Any, int]) -> None:  # runs on the consumer's thread
+        self.seeks.extend((tp.partition, offset) for tp, offset in partitions.items())
 
 
 def test_seeking_to_committed_restarts_the_ledgers_and_seeks_uncommitted_partitions(tmp_path: Path) -> None:
