@@ -52,13 +52,18 @@ LogCache = dict[tuple[str, int], tuple[str, dict[tuple[int, int], bytes]]]
 
 
 @pytest.fixture(scope="session")
-def session_logs() -> Iterator[LogCache]:
+def session_logs() -> LogCache:
     """(store kind, size) -> (URL, rows) of a log created on first use, once per session."""
-    cache: LogCache = {}
-    yield cache
-    for (kind, _), (url, _) in cache.items():
-        if kind == "postgres":
-            postgres.drop_database(url)
+    return {}
+
+
+@pytest.fixture(scope="session")
+def session_pg_databases(postgres_server: str) -> Iterator[list[str]]:
+    """The session logs' PostgreSQL databases, dropped before the server they live on stops."""
+    urls: list[str] = []
+    yield urls
+    for url in urls:
+        postgres.drop_database(url)
 
 
 def _session_log(request: pytest.FixtureRequest, cache: LogCache, size: int):  # type: ignore[no-untyped-def]
@@ -68,6 +73,7 @@ def _session_log(request: pytest.FixtureRequest, cache: LogCache, size: int):  #
             url = f"sqlite:///{request.getfixturevalue('tmp_path_factory').mktemp('log') / 'events.db'}"
         else:
             url = postgres.create_test_database(request.getfixturevalue("postgres_server"))
+            request.getfixturevalue("session_pg_databases").append(url)
         write_log(url, size)
         cache[(kind, size)] = (url, read_rows(url))
     return cache[(kind, size)]
