@@ -428,9 +428,9 @@ class StreamWorker:
         bounds = await end_offsets([tp.partition for tp in tps])
         for tp in tps:
             low, high = bounds[tp.partition]
-            ledger = self.consumer.ledgers.get(tp.partition)
             if high <= low:
                 continue
+            ledger = self.consumer.ledgers.get(tp.partition)
             if ledger is None:
                 return
             if ledger.advance() < high and not await self.pass_trailing_markers(tp.partition, ledger, high):

@@ -65,7 +65,6 @@ class WorkerConsumer(faust_aiokafka.Consumer):
     _agent_acking = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.owned_input: set[int] = set()
         self.ledgers: dict[int, InputLedger] = {}  # input partition -> its commit ledger
         super().__init__(*args, **kwargs)
         self._read_offset = ReadOffsetsWithoutInput(self.input_topic)
@@ -79,14 +78,13 @@ class WorkerConsumer(faust_aiokafka.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         for tp in revoked:
             if tp.topic == self.input_topic:
-                self.owned_input.discard(tp.partition)
                 self.ledgers.pop(tp.partition, None)
         await super().on_partitions_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
-        self.owned_input = {tp.partition for tp in assigned if tp.topic == self.input_topic}
+        owned = {tp.partition for tp in assigned if tp.topic == self.input_topic}
         for partition in list(self.ledgers):
-            if partition not in self.owned_input:
+            if partition not in owned:
                 del self.ledgers[partition]
         await super().on_partitions_assigned(assigned, generation_id)
 
@@ -107,13 +105,6 @@ class WorkerConsumer(faust_aiokafka.Consumer):
                 await self.seek_wait({TP(tp.topic, tp.partition): offset})  # on the consumer's thread
             self.ledgers[tp.partition] = InputLedger(offset)
         return committed
-
-    async def seek(self, partition: TP, offset: int) -> None:
-        await super().seek(partition, offset)
-        if partition.topic == self.input_topic and partition.partition in self.owned_input:
-            ledger = self.ledgers.get(partition.partition)
-            if ledger is not None and offset < ledger.base:
-                self.ledgers[partition.partition] = InputLedger(offset)
 
     async def read_input_again(self, partition: int, offset: int) -> None:
         """Seek an input partition back (on the consumer's thread, as faust's own seeks run there).

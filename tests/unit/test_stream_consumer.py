@@ -122,7 +122,6 @@ class FakeThread:
 def test_seeking_to_committed_restarts_the_ledgers_and_seeks_uncommitted_partitions(tmp_path: Path) -> None:
     consumer = _consumer(tmp_path)
     tp0, tp1, tp2 = (faust.types.TP(TOPIC, p) for p in range(3))
-    consumer.owned_input = {0, 1, 2}
     consumer.ledgers[0] = InputLedger(3)
     consumer.ledgers[0].note_acked(50)
     thread = FakeThread({tp0: 40, tp1: None, tp2: 0}, {tp1: 12, tp2: 0})
