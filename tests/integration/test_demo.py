@@ -18,19 +18,34 @@ pytestmark = pytest.mark.integration
 TERMINAL = {"COMPLETE", "FAIL", "ABORT"}
 
 
-def test_demo_delivers_a_terminal_event_per_finished_run_and_draws_the_graph(
-    kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
-) -> None:
-    out = tmp_path / "lineage.jsonl"
-    done = subprocess.run(
-        [*olstream_cmd, "demo", "--runs", "50", "--workers", "2", "--partitions", "3", "--seed", "11",
-         "--bootstrap", kafka_bootstrap, "--out", str(out), "--timeout", "240"],
-        env={**subprocess_env, "COLUMNS": "120"},
+def _demo(  # type: ignore[no-untyped-def]
+    cmd: list[str],
+    env: dict[str, str],
+    bootstrap: str,
+    out: Path,
+    *,
+    runs: int,
+    seed: int,
+    columns: int,
+    url: str | None = None,
+):
+    """`olstream demo` with 2 workers over 3 partitions; its output captured, its exit code not checked."""
+    return subprocess.run(
+        [*cmd, "demo", "--runs", str(runs), "--workers", "2", "--partitions", "3", "--seed", str(seed),
+         "--bootstrap", bootstrap, *(["--url", url] if url else []), "--out", str(out), "--timeout", "240"],
+        env={**env, "COLUMNS": str(columns)},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )  # fmt: skip
+
+
+def test_demo_delivers_a_terminal_event_per_finished_run_and_draws_the_graph(
+    kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    out = tmp_path / "lineage.jsonl"
+    done = _demo(olstream_cmd, subprocess_env, kafka_bootstrap, out, runs=50, seed=11, columns=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     events = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
     terminal_runs = {e["run"]["runId"] for e in events if e["eventType"] in TERMINAL}
@@ -122,18 +137,6 @@ def test_graph_command_renders_each_format(
         assert b"<svg" in data and b"child@1" in data
 
 
-def _demo(url: str, runs: int, out: Path, bootstrap: str, cmd: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [*cmd, "demo", "--runs", str(runs), "--workers", "2", "--partitions", "3", "--seed", "5",
-         "--bootstrap", bootstrap, "--url", url, "--out", str(out), "--timeout", "240"],
-        env={**env, "COLUMNS": "160"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )  # fmt: skip
-
-
 def test_demo_into_marquez_rules_gets_201_for_every_event_and_every_run_on_its_job(
     kafka_bootstrap: str, tmp_path: Path, olstream_cmd: list[str], subprocess_env: dict[str, str]
 ) -> None:
@@ -144,7 +147,16 @@ def test_demo_into_marquez_rules_gets_201_for_every_event_and_every_run_on_its_j
     out = tmp_path / "lineage.jsonl"
     with Receiver() as receiver:
         receiver.respond_with(rules)
-        done = _demo(receiver.url, 300, out, kafka_bootstrap, olstream_cmd, subprocess_env)
+        done = _demo(
+            olstream_cmd,
+            subprocess_env,
+            kafka_bootstrap,
+            out,
+            runs=300,
+            seed=5,
+            columns=160,
+            url=receiver.url,
+        )
         invalid = receiver.invalid
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"events rejected by the receiver \(must be 0\)\s*\W*0", done.stdout), done.stdout
@@ -169,7 +181,9 @@ def test_demo_reports_rejected_events_by_status_and_exits_non_zero(
     out = tmp_path / "lineage.jsonl"
     with Receiver() as receiver:
         receiver.respond_with(reject_aborts)
-        done = _demo(receiver.url, 40, out, kafka_bootstrap, olstream_cmd, subprocess_env)
+        done = _demo(
+            olstream_cmd, subprocess_env, kafka_bootstrap, out, runs=40, seed=5, columns=160, url=receiver.url
+        )
         aborts = [r for r in receiver.requests if r.status == 400]  # each one is a DLQ message
     assert all(b'"eventType":"ABORT"' in r.body for r in aborts)
     assert aborts, "the workload has aborted runs"
