@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.eventlog import codec  # noqa: E402
-from connectors.eventlog.records import Record  # noqa: E402
-from connectors.eventlog.simulate import simulate  # noqa: E402
+from olstream.contract import codec  # noqa: E402
+from olstream.contract.records import Record  # noqa: E402
+from olstream.eventlog.simulate import simulate  # noqa: E402
 from tests.support.memory_store import MemoryEventLogStore  # noqa: E402
 
 

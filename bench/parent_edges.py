@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/parent_edges.py [--runs 2000] [--seed 11] [--partitions 6 8]
 
-Runs the simulator's records through the worker's pure mapping (`streams.processor.apply`, the
+Runs the simulator's records through the worker's pure mapping (`olstream.streams.processor.apply`, the
 records of each log partition in order, partitions interleaved) and counts the child runs whose
 START carries a parent facet. Output does not depend on the interleaving: a parent is only ever
 resolved from the record or from runs of the same log partition.
@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.eventlog import codec  # noqa: E402
-from connectors.eventlog.records import RunStarted  # noqa: E402
-from connectors.eventlog.simulate import simulate  # noqa: E402
-from streams.mapping import MappingConfig  # noqa: E402
-from streams.processor import apply  # noqa: E402
-from streams.state import RunState  # noqa: E402
+from olstream.contract import codec  # noqa: E402
+from olstream.contract.records import RunStarted  # noqa: E402
+from olstream.eventlog.simulate import simulate  # noqa: E402
+from olstream.streams.mapping import MappingConfig  # noqa: E402
+from olstream.streams.processor import apply  # noqa: E402
+from olstream.streams.state import RunState  # noqa: E402
 from tests.support.memory_store import MemoryEventLogStore  # noqa: E402
 
 

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.eventlog.simulate import simulate  # noqa: E402
-from connectors.eventlog.store import open_store  # noqa: E402
+from olstream.eventlog.simulate import simulate  # noqa: E402
+from olstream.eventlog.stores import open_store  # noqa: E402
 
 GOAL = 50_000
 

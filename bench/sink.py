@@ -67,7 +67,7 @@ def rate(count: int, seconds: float) -> float:
 
 def bench_sink(bootstrap: str, receiver: FastReceiver, bodies: int, concurrency: int) -> tuple[float, float]:
     """(events/s at the receiver between first and last request, events/s over the process's wall time)."""
-    from olstream.kafka_admin import ensure_topic
+    from olstream.shared.kafka_admin import ensure_topic
 
     topic = f"bench.sink.{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, 4)

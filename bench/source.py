@@ -41,12 +41,12 @@ if str(ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
-from connectors.eventlog import codec  # noqa: E402
-from connectors.eventlog.simulate import simulate  # noqa: E402
-from connectors.eventlog.store import open_store  # noqa: E402
-from connectors.eventlog.writer import EventLogWriter  # noqa: E402
+from olstream.contract import codec  # noqa: E402
+from olstream.eventlog.simulate import simulate  # noqa: E402
+from olstream.eventlog.stores import open_store  # noqa: E402
+from olstream.eventlog.writer import EventLogWriter  # noqa: E402
 from olstream.infra import postgres  # noqa: E402
-from olstream.kafka_admin import ensure_topic  # noqa: E402
+from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
 
 GOAL_RATIO = 0.5
 LATENCY_GOAL_MS = 250.0

@@ -3,7 +3,7 @@
     .venv/bin/python bench/stream.py [--runs 20000] [--partitions 6] [--bootstrap 127.0.0.1:19092]
         [--seed 3] [--skip-noop]
 
-A seeded simulated workload (``connectors.eventlog.simulate``) of --runs runs is written to
+A seeded simulated workload (``olstream.eventlog.simulate``) of --runs runs is written to
 a fresh SQLite log and published to a fresh input topic as the source connector does. Then,
 in the same run and over the same topic:
 
@@ -41,8 +41,8 @@ if str(ROOT) not in sys.path:
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from olstream.infra.process import free_port  # noqa: E402
-from olstream.kafka_admin import ensure_topic  # noqa: E402
-from tests.integration.stream_support import produce_rows, simulated_rows  # noqa: E402
+from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
+from tests.support.stream_support import produce_rows, simulated_rows  # noqa: E402
 
 NOOP_AGENT = r"""
 import os, signal, sys, time, faust

@@ -2,6 +2,6 @@ from __future__ import annotations
 
 import sys
 
-from olstream.cli import main
+from olstream.cli.main import main
 
 sys.exit(main())

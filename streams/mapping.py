@@ -13,8 +13,8 @@ from functools import cache, lru_cache
 from typing import Any
 
 import olstream
-from connectors.eventlog.naming import has_uri_scheme
-from streams.state import DatasetRef, JobRun, RunState
+from olstream.contract.naming import has_uri_scheme
+from olstream.streams.state import DatasetRef, JobRun, RunState
 
 OPENLINEAGE_SCHEMA_URL = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
 DEFAULT_PRODUCER = f"https://github.com/olstream/olstream/tree/{olstream.__version__}"
@@ -57,7 +57,7 @@ class MappingConfig:
     integration: str = "OLSTREAM"
     job_type: str = "WORKFLOW"
     programming_language: str = "PYTHON"
-    job_names: str = "hierarchical"  # or "flat": see `streams.state.start`
+    job_names: str = "hierarchical"  # or "flat": see `olstream.streams.state.start`
 
     def __post_init__(self) -> None:
         if self.job_names not in JOB_NAMES:

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from connectors.eventlog.records import DatasetDeclared, Record, RunEnded, RunStarted
-from streams import state as st
-from streams.mapping import TERMINAL_EVENT_TYPES, MappingConfig, event_key, start_event, terminal_event
+from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
+from olstream.streams import state as st
+from olstream.streams.mapping import (
+    TERMINAL_EVENT_TYPES,
+    MappingConfig,
+    event_key,
+    start_event,
+    terminal_event,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.mapping import MappingConfig
-from streams.retention import DEFAULT_RETENTION_MS
+from olstream.streams.mapping import MappingConfig
+from olstream.streams.retention import DEFAULT_RETENTION_MS
 
 DEFAULT_INPUT_TOPIC = "olstream.eventlog"
 DEFAULT_OUTPUT_TOPIC = "openlineage.events"

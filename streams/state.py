@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.eventlog.naming import (
+from olstream.contract.naming import (
     NamespaceError,
     child_job_path,
     job_segment,
@@ -23,9 +23,9 @@ from connectors.eventlog.naming import (
     parent_path_on_record,
     with_job_namespace,
 )
-from connectors.eventlog.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
-from olstream.errors import OlstreamError
-from streams.runid import epoch_millis, run_id
+from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunRef, RunStarted
+from olstream.shared.errors import OlstreamError
+from olstream.streams.runid import epoch_millis, run_id
 
 
 class StreamInputError(OlstreamError):

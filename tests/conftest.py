@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from olstream.errors import InfrastructureError
 from olstream.infra import kafka, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.infra.postgres import PostgresSettings
 from olstream.infra.process import free_port
-from olstream.kafka_admin import ensure_topic
+from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_admin import ensure_topic
 
 KAFKA_FIXTURES = {"kafka_bootstrap", "make_topic"}
 POSTGRES_FIXTURES = {"postgres_server", "postgres_url"}

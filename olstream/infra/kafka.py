@@ -14,7 +14,6 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from olstream.errors import InfrastructureError
 from olstream.infra import process
 from olstream.infra.kafka_config import (
     TOOL_OPTS,
@@ -27,6 +26,7 @@ from olstream.infra.kafka_config import (
     render_properties,
     server_properties,
 )
+from olstream.shared.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
 # librdkafka's own connection chatter while polling for readiness is not worth showing.

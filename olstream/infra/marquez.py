@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from olstream.errors import ConfigError, InfrastructureError
 from olstream.infra.process import cache_home, pid_alive, port_free, state_home, stop_pid, tail
+from olstream.shared.errors import ConfigError, InfrastructureError
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from olstream.errors import InfrastructureError
 from olstream.infra import process
+from olstream.shared.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
 

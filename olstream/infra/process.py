@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from olstream.errors import InfrastructureError
+from olstream.shared.errors import InfrastructureError
 
 T = TypeVar("T")
 

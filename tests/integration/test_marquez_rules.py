@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from connectors.eventlog import codec
-from connectors.eventlog.records import RunStarted
-from connectors.eventlog.store import open_store
-from tests.integration.stream_support import Out, consume_all, expected_job_paths, run_until_idle, worker_cmd
+from olstream.contract import codec
+from olstream.contract.records import RunStarted
+from olstream.eventlog.stores import open_store
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.receiver import Receiver
 from tests.support.sink_harness import OLSTREAM, run_sink
+from tests.support.stream_support import Out, consume_all, expected_job_paths, run_until_idle, worker_cmd
 
 pytestmark = pytest.mark.integration
 

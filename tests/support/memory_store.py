@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from connectors.eventlog.store import StoredRow
+from olstream.eventlog.store import StoredRow
 
 
 class MemoryEventLogStore:

@@ -1,1 +1,0 @@
-"""The event log: its record contract, stores, writer API, tailer and publisher."""

@@ -1,1 +1,0 @@
-"""The OpenLineage sink and its transports."""

@@ -1,0 +1,390 @@
+"""The sink's consumer loop: Kafka -> receiver, at-least-once, per-key order, bounded concurrency.
+
+One asyncio loop owns everything: the confluent-kafka consumer is polled without blocking
+(`consume(timeout=0)`, so rebalance callbacks run on this thread too), `concurrency` worker
+coroutines send events through the transport, and offsets are committed manually
+(`enable.auto.commit=false`) over each partition's contiguous prefix of finished events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from prometheus_client import Counter, Gauge
+
+from olstream.connectors.sink.delivery import (
+    Backoff,
+    ContiguousCommitTracker,
+    DeliveryResult,
+    KeyedQueues,
+    Outcome,
+    PendingEvent,
+)
+from olstream.connectors.sink.settings import SinkSettings
+from olstream.connectors.sink.transports import HttpTransport, SinkTransport
+from olstream.shared.errors import InfrastructureError
+from olstream.shared.metrics import set_health
+
+log = logging.getLogger(__name__)
+
+DELIVERED = Counter("olstream_sink_delivered", "Events the receiver accepted (2xx), written or printed")
+RETRIED = Counter("olstream_sink_retried", "Failed send attempts that will be retried")
+DEAD_LETTERED = Counter("olstream_sink_dead_lettered", "Events rejected (400/413/422) and written to the DLQ")
+BACKOFF_SECONDS = Gauge("olstream_sink_backoff_seconds", "Length of the backoff wait in progress")
+IN_FLIGHT = Gauge("olstream_sink_in_flight", "Requests in flight to the receiver")
+LAG = Gauge("olstream_sink_lag", "Events on the topic not yet committed by the sink (owned partitions)")
+
+TP = tuple[str, int]
+CONSUME_BATCH = 500
+COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
+
+
+class Sink:
+    def __init__(
+        self,
+        settings: SinkSettings,
+        transport: SinkTransport,
+        consumer: Consumer,
+        dlq: Producer | None,
+    ) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.consumer = consumer
+        self.dlq = dlq
+        self.backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self.batch_size = max(1, settings.batch_size) if isinstance(transport, HttpTransport) else 1
+        self.trackers: dict[TP, ContiguousCommitTracker] = {}
+        self.epochs: dict[TP, int] = {}
+        self.positions: dict[TP, int] = {}
+        self.queues = KeyedQueues()
+        self.ready: asyncio.Queue[PendingEvent] = asyncio.Queue()
+        self.buffered = 0
+        self.in_flight = 0
+        self.paused: set[TP] = set()
+        self.pause_reason: str | None = None
+        self.fresh: set[TP] = set()  # newly assigned: resumed explicitly once, whatever came before
+        self.finished_since_commit = 0
+        self.assigned_once = False
+        self.stopping = asyncio.Event()
+        self._epoch = 0
+        self._last_idle_check = 0.0
+
+    # -- rebalance -------------------------------------------------------------------------
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            self._epoch += 1
+            self.epochs[tp] = self._epoch
+            self.trackers[tp] = ContiguousCommitTracker()
+            self.positions.pop(tp, None)
+            self.paused.discard(tp)
+            self.fresh.add(tp)
+        self.assigned_once = True
+        log.info("assigned %s", sorted(f"{t}[{p}]" for t, p in ((q.topic, q.partition) for q in partitions)))
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {(p.topic, p.partition) for p in partitions}
+        self.commit_finished(only=revoked)  # still owned during the callback
+        self._forget(revoked)
+        log.info("revoked %s", sorted(f"{t}[{p}]" for t, p in revoked))
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        lost = {(p.topic, p.partition) for p in partitions}
+        self._forget(lost)  # never commit for partitions no longer owned
+        log.warning("lost %s; their in-flight events will be redelivered by the new owner", sorted(lost))
+
+    def _forget(self, partitions: set[TP]) -> None:
+        for tp in partitions:
+            tracker = self.trackers.pop(tp, None)
+            if tracker is not None:
+                self.buffered -= tracker.outstanding
+            self.epochs.pop(tp, None)
+            self.positions.pop(tp, None)
+            self.paused.discard(tp)
+            self.fresh.discard(tp)
+        self.queues.drop_partitions(partitions)
+
+    def _stale(self, event: PendingEvent) -> bool:
+        return self.epochs.get((event.topic, event.partition)) != event.epoch
+
+    # -- consuming -------------------------------------------------------------------------
+    def _admit(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.fatal():
+                raise InfrastructureError(f"Kafka consumer failed: {error.str()}")
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", error.str())
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            return
+        tp = (topic, partition)
+        epoch = self.epochs.get(tp)
+        tracker = self.trackers.get(tp)
+        if epoch is None or tracker is None:
+            return  # a partition we no longer own
+        value = message.value() or b""
+        event = PendingEvent(topic, partition, offset, message.key(), value, epoch)
+        tracker.add(offset)
+        self.positions[tp] = offset + 1
+        self.buffered += 1
+        first = self.queues.add(event)
+        if first is not None:
+            self.ready.put_nowait(first)
+
+    def _apply_pause(self) -> None:
+        high = self.settings.max_buffered
+        want_pause = self.backoff.active or self.buffered >= high
+        want_resume = not self.backoff.active and self.buffered <= high // 2
+        owned = set(self.epochs)
+        if self.fresh and not want_pause:
+            self.consumer.resume([TopicPartition(t, p) for t, p in self.fresh if (t, p) in owned])
+        self.fresh.clear()
+        if want_pause:
+            reason = "backing off" if self.backoff.active else "buffer full"
+            if reason != self.pause_reason:  # logged when the reason changes, not every cycle
+                log.info("pausing consumption (%s, %d events held); still polling", reason, self.buffered)
+                self.pause_reason = reason
+            if owned - self.paused:
+                self.consumer.pause([TopicPartition(t, p) for t, p in owned - self.paused])
+                self.paused |= owned
+        elif want_resume and self.paused:
+            self.consumer.resume([TopicPartition(t, p) for t, p in self.paused if (t, p) in owned])
+            self.paused.clear()
+            log.debug("resuming consumption")
+
+    # -- sending ---------------------------------------------------------------------------
+    async def _worker(self) -> None:
+        while True:
+            batch = [await self.ready.get()]
+            while len(batch) < self.batch_size and not self.ready.empty():
+                batch.append(self.ready.get_nowait())  # heads of distinct keys only
+            while self.backoff.active and not self.stopping.is_set():
+                BACKOFF_SECONDS.set(self.backoff.last_delay)
+                await asyncio.sleep(min(self.backoff.remaining(), 1.0))
+            if self.stopping.is_set():
+                return  # unsent events stay uncommitted and are delivered after a restart
+            batch = [e for e in batch if not self._stale(e)]
+            if not batch:
+                continue
+            BACKOFF_SECONDS.set(0)
+            generation = self.backoff.generation
+            self.in_flight += len(batch)
+            IN_FLIGHT.inc(len(batch))
+            try:
+                results = await self._send(batch)
+            finally:
+                self.in_flight -= len(batch)
+                IN_FLIGHT.dec(len(batch))
+            settled = sorted(
+                zip(batch, results, strict=True), key=lambda p: p[1].outcome is not Outcome.DELIVERED
+            )
+            for event, result in settled:  # deliveries first: they reset the backoff, failures then set it
+                self._settle(event, result, generation)
+
+    async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
+        if len(batch) == 1 or not isinstance(self.transport, HttpTransport):
+            return [await self.transport.send(e) for e in batch]
+        results, whole = await self.transport.send_batch(batch)
+        if whole and results[0].outcome is Outcome.REJECTED:
+            # the receiver refused the batch as a whole: find the culprits one by one
+            return [await self.transport.send(e) for e in batch]
+        return results
+
+    def _settle(self, event: PendingEvent, result: DeliveryResult, generation: int) -> None:
+        if self._stale(event):
+            return  # revoked meanwhile: the new owner delivers it again
+        if result.outcome is Outcome.DELIVERED:
+            DELIVERED.inc()
+            if self.backoff.attempt:
+                log.info("receiver accepts events again (%s)", self.settings.destination)
+                self.pause_reason = None
+                set_health(True)
+            self.backoff.succeeded()
+            self._finish(event)
+        elif result.outcome is Outcome.REJECTED and self.dlq is not None:
+            self._dead_letter(event, result)
+        else:
+            RETRIED.inc()
+            escalates = generation == self.backoff.generation
+            wait = self.backoff.failed(generation, result.retry_after)
+            if escalates:
+                self._log_failure(event, result, wait)
+            self.ready.put_nowait(event)
+
+    def _log_failure(self, event: PendingEvent, result: DeliveryResult, wait: float) -> None:
+        what = f"HTTP {result.status}" if result.status is not None else result.detail
+        if result.outcome is Outcome.MISCONFIGURED or result.outcome is Outcome.REJECTED:
+            log.error(
+                "CONFIGURATION PROBLEM: %s answered %s for %s (%s): check the URL, endpoint and API key; "
+                "nothing is dead-lettered, retrying in %.1f s",
+                self.settings.destination,
+                what,
+                event.where(),
+                result.detail[:200],
+                wait,
+            )
+            set_health(False, f"receiver answered {what}: configuration problem")
+        else:
+            log.warning(
+                "cannot deliver %s to %s: %s; retrying in %.1f s%s",
+                event.where(),
+                self.settings.destination,
+                what,
+                wait,
+                " (Retry-After)" if result.retry_after is not None else "",
+            )
+        BACKOFF_SECONDS.set(wait)
+
+    def _finish(self, event: PendingEvent) -> None:
+        tracker = self.trackers.get((event.topic, event.partition))
+        if tracker is None or self._stale(event):
+            return
+        tracker.finish(event.offset)
+        self.buffered -= 1
+        self.finished_since_commit += 1
+        successor = self.queues.finish(event)
+        if successor is not None:
+            self.ready.put_nowait(successor)
+
+    def _dead_letter(self, event: PendingEvent, result: DeliveryResult) -> None:
+        assert self.dlq is not None
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("olstream.status", str(result.status if result.status is not None else "")),
+            ("olstream.response", result.detail.encode("utf-8")[:1024]),
+            ("olstream.source.topic", event.topic),
+            ("olstream.source.partition", str(event.partition)),
+            ("olstream.source.offset", str(event.offset)),
+        ]
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                log.error("cannot dead-letter %s (%s); will try again", event.where(), err)
+                self.ready.put_nowait(event)
+                return
+            DEAD_LETTERED.inc()
+            log.warning(
+                "receiver rejected %s with HTTP %s (%s); dead-lettered to %s",
+                event.where(),
+                result.status,
+                result.detail[:300],
+                self.settings.dlq_topic,
+            )
+            self._finish(event)
+
+        topic = self.settings.dlq_topic
+        self.dlq.produce(topic, event.value, event.key, headers=headers, on_delivery=delivered)
+        self.dlq.poll(0)
+
+    # -- committing ------------------------------------------------------------------------
+    def commit_finished(self, only: set[TP] | None = None) -> bool:
+        """Commit each owned partition's finished prefix; the transport is made durable first."""
+        offsets = []
+        for tp, tracker in self.trackers.items():
+            if only is not None and tp not in only:
+                continue
+            offset = tracker.committable()
+            if offset is not None:
+                offsets.append(TopicPartition(tp[0], tp[1], offset))
+        if not offsets:
+            return True
+        self.transport.make_durable()
+        if not self.settings.dry_run:  # a dry run only pretends, locally
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as e:
+                log.warning("offset commit failed (will retry): %s", e)
+                return False
+        self.finished_since_commit = 0
+        for tp_offset in offsets:
+            owned = self.trackers.get((tp_offset.topic, tp_offset.partition))
+            if owned is not None:
+                owned.mark_committed(tp_offset.offset)
+        return True
+
+    def _update_lag(self) -> None:
+        total = 0
+        for tp, tracker in self.trackers.items():
+            _low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+            base = tracker.committed if tracker.committed is not None else self.positions.get(tp)
+            if high >= 0 and base is not None:
+                total += max(0, high - base)
+        LAG.set(total)
+
+    def _at_end(self) -> bool:
+        """True when every owned partition is consumed to its end and everything is committed."""
+        if not self.assigned_once or self.buffered or self.in_flight or not self.ready.empty():
+            return False
+        if any(t.committable() is not None for t in self.trackers.values()):
+            return False
+        for tp in list(self.trackers):
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
+            position = self.positions.get(tp)
+            if position is None:
+                committed = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
+                position = committed if committed >= 0 else low
+            if position < high:
+                return False
+        return True
+
+    # -- the loop --------------------------------------------------------------------------
+    async def run(self) -> int:
+        self.consumer.subscribe(
+            [self.settings.topic], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stopping.set)
+        await self.transport.start()
+        workers = [asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)]
+        try:
+            await self._consume_until_stopped()
+        finally:
+            await self._shut_down(workers)
+        return 0
+
+    async def _consume_until_stopped(self) -> None:
+        last_commit = time.monotonic()
+        while not self.stopping.is_set():
+            self._apply_pause()
+            messages = self.consumer.consume(CONSUME_BATCH, timeout=0)
+            for message in messages:
+                self._admit(message)
+            if self.dlq is not None:
+                self.dlq.poll(0)
+            now = time.monotonic()
+            if (
+                now - last_commit >= self.settings.commit_interval
+                or self.finished_since_commit >= COMMIT_EVERY
+            ):
+                self.commit_finished()
+                self._update_lag()
+                last_commit = now
+            if self.settings.until_idle and not messages and now - self._last_idle_check >= 0.3:
+                self._last_idle_check = now
+                if self.dlq is not None:
+                    self.dlq.flush(10)
+                if self.commit_finished() and self._at_end():
+                    log.info("consumed %s to its end, everything committed: exiting", self.settings.topic)
+                    return
+            await asyncio.sleep(0 if messages else 0.005)
+
+    async def _shut_down(self, workers: list[asyncio.Task[None]]) -> None:
+        deadline = time.monotonic() + min(self.settings.total_timeout, 10.0)
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        if self.dlq is not None:
+            self.dlq.flush(10)
+        self.commit_finished()
+        await self.transport.close()
+        self.consumer.close()

@@ -1,0 +1,329 @@
+"""The producer side of the source connector: checks rows, publishes them, tracks deliveries.
+
+Wire contract (the stream worker relies on it):
+- records topic (default ``olstream.eventlog``): key = log partition id in ASCII decimal,
+  value = the stored bytes unchanged (Avro single-object encoding), headers
+  ``olstream.partition``, ``olstream.offset`` (ASCII decimal), ``olstream.type``
+  (record name) and ``olstream.fingerprint`` (16 hex chars of the writer-schema fingerprint);
+- errors topic (default ``<topic>.errors``): same key, the raw bytes, the same headers as far
+  as they can be read, plus ``olstream.error`` with the reason.
+
+A row counts as published only once its delivery report succeeded. Without
+transactions, every error record is fenced by waiting for all acknowledgements
+before and after it, so the records topic and the errors topic stay in log order
+per partition and the resume position (the larger of the two tails) never skips
+a row. With transactions both topics commit atomically instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from prometheus_client import Counter, Gauge
+
+from olstream.connectors.source.resume import HEADER_OFFSET, HEADER_PARTITION, message_key
+from olstream.connectors.source.rowcheck import Headers, RowChecker
+from olstream.eventlog.store import StoredRow
+from olstream.shared.errors import DeliveryError
+from olstream.shared.metrics import set_health
+
+log = logging.getLogger(__name__)
+
+RECORDS_PUBLISHED = Counter(
+    "olstream_source_records_published_total", "Log rows acknowledged by Kafka on the records topic."
+)
+ERRORS = Counter(
+    "olstream_source_errors_total",
+    "Rows sent to the errors topic (kind=decode) and gaps in a partition's offsets (kind=gap).",
+    ["kind"],
+)
+for _kind in ("decode", "gap"):
+    ERRORS.labels(kind=_kind)  # exported as 0 from the start
+PARTITION_LAG = Gauge(
+    "olstream_source_partition_lag",
+    "Log head minus the last published offset, per log partition.",
+    ["partition"],
+)
+PUBLISHED_OFFSET = Gauge(
+    "olstream_source_published_offset",
+    "Last log offset acknowledged by Kafka, per log partition.",
+    ["partition"],
+)
+
+def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str, Any]:
+    """librdkafka settings: idempotent, ordered, waiting for a lost broker instead of failing."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 200000,
+    }
+    if transactional_id is None:
+        # Retry forever: a broker that goes away delays delivery, it never fails it.
+        config["message.timeout.ms"] = 0
+        config["enable.gapless.guarantee"] = True
+    else:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = 60000
+        config["message.timeout.ms"] = 60000
+    return config
+
+
+class Publisher:
+    """Publishes rows to the records topic (or the errors topic) and tracks what Kafka acknowledged."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        topic: str,
+        errors_topic: str,
+        *,
+        transactional: bool,
+        should_stop: Callable[[], bool] = lambda: False,
+        check_bodies: bool = True,
+        offsets_topic: str | None = None,
+    ) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._errors_topic = errors_topic
+        self._transactional = transactional
+        self._should_stop = should_stop
+        self._checker = RowChecker(check_bodies=check_bodies)
+        self._keys: dict[int, bytes] = {}
+        self._inflight: dict[int, deque[tuple[int, int]]] = {}  # (offset, rows it covers) awaiting reports
+        self._fatal: KafkaError | None = None
+        self._offsets_topic = offsets_topic
+        self.produced: dict[int, int] = {}  # log partition -> last offset handed to the producer
+        self._checkpointed: dict[int, int] = {}
+        self.acked: dict[int, int] = {}
+        self.published = 0
+        self.errors = 0
+        self._failure: KafkaError | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Messages handed to the producer and not yet acknowledged."""
+        return len(self._producer)
+
+    def set_acked(self, positions: dict[int, int]) -> None:
+        """Mark positions as acknowledged (the start position, or a committed transaction's end)."""
+        self.produced.update({p: o for p, o in positions.items() if o > self.produced.get(p, -1)})
+        for partition, offset in positions.items():
+            if offset > self.acked.get(partition, -1):
+                self.acked[partition] = offset
+
+    def publish(self, rows: Sequence[StoredRow]) -> int:
+        """Hand rows to the producer in order; returns how many were handed over (fewer on stop).
+
+        Only the last message of a run of one log partition's good rows asks for a delivery
+        report: the idempotent producer keeps a partition's messages in order and raises a fatal
+        error rather than leave a gap (``enable.gapless.guarantee``), so its acknowledgement
+        covers every message before it.
+        """
+        check = self._checker.headers_for
+        produce_run = self._produce_run
+        done = 0
+        run: list[tuple[StoredRow, Headers]] = []  # consecutive good rows of one partition
+        append = run.append
+        for row in rows:
+            headers = check(row)
+            if isinstance(headers, str):  # a row that does not decode
+                if run:
+                    handed = produce_run(run)
+                    done += handed
+                    if handed < len(run):
+                        return done  # stopped while Kafka applied back-pressure
+                    run = []
+                    append = run.append
+                self._publish_error(row, headers)
+                done += 1
+                continue
+            if run and run[0][0].partition != row.partition:
+                handed = produce_run(run)
+                done += handed
+                if handed < len(run):
+                    return done
+                run = []
+                append = run.append
+            append((row, headers))
+        if run:
+            handed = produce_run(run)
+            done += handed
+            if handed < len(run):
+                return done
+        self.poll(0)
+        return done
+
+    def _produce_run(self, run: list[tuple[StoredRow, Headers]]) -> int:
+        """Produce consecutive good rows of one partition; the last asks for a delivery report."""
+        partition = run[0][0].partition
+        key = self._keys.get(partition)
+        if key is None:
+            key = self._keys[partition] = message_key(partition)
+            self._inflight[partition] = deque()
+        produce, topic = self._producer.produce, self._topic
+        last = len(run) - 1
+        for i in range(last):
+            row, headers = run[i]
+            try:
+                produce(topic, row.payload, key, headers=headers)
+            except BufferError:  # librdkafka's queue is full: Kafka is slow or away
+                if not self._produce_when_room(row.payload, key, headers, report=False):
+                    if i:
+                        self.produced[partition] = run[i - 1][0].offset
+                    return i  # the rows handed over are flushed, just not counted as acked
+        row, headers = run[last]
+        try:
+            produce(topic, row.payload, key, headers=headers, on_delivery=self._delivered)
+        except BufferError:
+            if not self._produce_when_room(row.payload, key, headers, report=True):
+                if last:
+                    self.produced[partition] = run[last - 1][0].offset
+                return last
+        self._inflight[partition].append((row.offset, len(run)))
+        self.produced[partition] = row.offset
+        return len(run)
+
+    def _produce_when_room(self, value: bytes, key: bytes, headers: Headers, *, report: bool) -> bool:
+        """Wait for room in the producer's queue and produce; False when asked to stop first."""
+        while True:
+            if not self._wait_for_room():
+                return False
+            produce, topic = self._producer.produce, self._topic
+            try:
+                if report:
+                    produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                else:
+                    produce(topic, value, key, headers=headers)
+                return True
+            except BufferError:
+                continue
+
+    def _wait_for_room(self) -> bool:
+        """Serve delivery reports until the producer has room; False when asked to stop."""
+        set_health(False, "waiting for Kafka: the producer queue is full")
+        self.poll(0.05)
+        if self._should_stop():
+            return False
+        set_health(True, "publishing")
+        return True
+
+    def checkpoint(self, positions: dict[int, int]) -> None:
+        """Record positions in the compacted offsets topic (key = log partition, value = offset).
+
+        Only a lower bound for the resume scan, for log partitions whose last message the
+        records topic's retention already deleted; with transactions it commits with the records.
+        """
+        if self._offsets_topic is None:
+            return
+        for partition, offset in positions.items():
+            if offset < 0 or self._checkpointed.get(partition) == offset:
+                continue
+            key, value = message_key(partition), str(offset).encode()
+            headers: Headers = [(HEADER_PARTITION, key), (HEADER_OFFSET, value)]
+            while True:
+                try:
+                    self._producer.produce(self._offsets_topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    self.poll(0.05)
+            self._checkpointed[partition] = offset
+
+    def forget_checkpoints(self) -> None:
+        """After an aborted transaction its checkpoints are gone: write them again next time."""
+        self._checkpointed.clear()
+
+    def on_kafka_error(self, err: KafkaError) -> None:
+        """The producer's error_cb: fatal errors stop publishing; others are only logged."""
+        if err.fatal():
+            self._fatal = err
+        else:
+            log.warning("Kafka: %s", err)
+
+    def poll(self, timeout: float) -> None:
+        self._producer.poll(timeout)
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            err = self._fatal
+            raise DeliveryError(f"the Kafka producer failed: {err}") from KafkaException(err)
+        if self._failure is not None and not self._transactional:
+            err = self._failure
+            raise DeliveryError(f"Kafka rejected a record: {err}") from KafkaException(err)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for every acknowledgement (forever with None); returns how many are still in flight."""
+        while len(self._producer) > 0:
+            step = 1.0 if timeout is None else min(1.0, timeout)
+            self._producer.flush(step)
+            self.raise_if_failed()
+            if timeout is not None:
+                timeout -= step
+                if timeout <= 0:
+                    break
+            elif len(self._producer) > 0:
+                log.info("waiting for Kafka to acknowledge %d messages", len(self._producer))
+        return len(self._producer)
+
+    def forget_in_flight(self) -> None:
+        """After an aborted transaction: nothing produced in it counts."""
+        for pending in self._inflight.values():
+            pending.clear()
+        self._failure = None
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        partition = int(msg.key() or b"-1")
+        pending = self._inflight.get(partition)
+        offset, rows = pending.popleft() if pending else (-1, 0)
+        if err is not None:
+            if self._failure is None:
+                self._failure = err
+            return
+        self.published += rows
+        if not self._transactional:
+            self.acked[partition] = offset
+
+    def _publish_error(self, row: StoredRow, reason: str) -> None:
+        log.warning(
+            "log partition %d offset %d does not decode (%s): sent to %s",
+            row.partition,
+            row.offset,
+            reason,
+            self._errors_topic,
+        )
+        if not self._transactional:
+            self.flush()  # everything before this row is in Kafka first
+        failure: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failure.append(err)
+
+        headers = self._checker.error_headers(row, reason)
+        key = message_key(row.partition)
+        while True:
+            try:
+                self._producer.produce(
+                    self._errors_topic, row.payload, key, headers=headers, on_delivery=delivered
+                )
+                break
+            except BufferError:
+                self.poll(0.05)
+        self.errors += 1
+        self.produced[row.partition] = row.offset
+        ERRORS.labels(kind="decode").inc()
+        if not self._transactional:
+            self.flush()  # and this row is in Kafka before anything after it
+            if failure:
+                raise DeliveryError(
+                    f"Kafka rejected the error record of partition {row.partition} offset {row.offset}: "
+                    f"{failure[0]}"
+                )
+            self.acked[row.partition] = row.offset

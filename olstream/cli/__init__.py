@@ -1,0 +1,1 @@
+"""The `olstream` command, on top of every other floor."""

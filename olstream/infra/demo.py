@@ -1,0 +1,419 @@
+"""`olstream demo`: the whole pipeline on one machine, as separate processes, with progress bars.
+
+simulator -> SQLite event log -> `olstream source` -> olstream.eventlog -> N x `olstream worker`
+-> openlineage.events -> `olstream sink` -> lineage.jsonl (or an OpenLineage URL) -> lineage.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from olstream.infra.demo_support import (
+    Children,
+    FileFollower,
+    LogCounts,
+    OutputTally,
+    count_in_logs,
+    count_log,
+    first_error,
+    metric_total,
+    scrape,
+)
+from olstream.infra.process import free_port
+from olstream.shared.errors import ConfigError, InfrastructureError
+
+if TYPE_CHECKING:
+    from olstream.infra.demo_kafka import Rejections
+
+log = logging.getLogger(__name__)
+
+LOG_PARTITIONS = 8
+STALL_SECONDS = 90.0
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    runs: int
+    workers: int
+    out: Path
+    graph: Path
+    url: str | None
+    marquez: bool
+    bootstrap: str | None
+    partitions: int
+    seed: int | None
+    timeout: float
+    keep: bool
+
+
+@dataclass(frozen=True)
+class Topics:
+    eventlog: str
+    events: str
+    sink_group: str
+    app_id: str
+    dlq: str
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    if args.runs < 1 or args.workers < 1:
+        raise ConfigError("--runs and --workers must be at least 1")
+    if args.url and args.marquez:
+        raise ConfigError("--url and --marquez exclude each other")
+    return DemoSettings(
+        runs=args.runs,
+        workers=args.workers,
+        out=args.out.expanduser().resolve(),
+        graph=(args.graph or args.out.with_suffix(".svg")).expanduser().resolve(),
+        url=args.url,
+        marquez=args.marquez,
+        bootstrap=args.bootstrap or None,
+        partitions=args.partitions,
+        seed=args.seed,
+        timeout=args.timeout,
+        keep=args.keep,
+    )
+
+
+def topics_for(own_broker: bool, tag: str) -> Topics:
+    """Default names on a broker the demo owns; unique names on a shared one (replays stay apart)."""
+    if own_broker:
+        return Topics(
+            "olstream.eventlog",
+            "openlineage.events",
+            "olstream-sink",
+            "olstream-worker",
+            "openlineage.events.dlq",
+        )
+    return Topics(
+        f"olstream.eventlog.demo-{tag}",
+        f"openlineage.events.demo-{tag}",
+        f"olstream-sink-demo-{tag}",
+        f"olstream-worker-demo-{tag}",
+        f"openlineage.events.dlq.demo-{tag}",
+    )
+
+
+class Demo:
+    def __init__(self, settings: DemoSettings, console: Console) -> None:
+        self.s = settings
+        self.console = console
+        self.tag = uuid.uuid4().hex[:8]
+        self.work = Path(tempfile.mkdtemp(prefix="olstream-demo-"))
+        self.broker_dir: Path | None = None
+        env = {k: v for k, v in os.environ.items() if k != "OLSTREAM_METRICS_PORT"}
+        self.children = Children(self.work, {**env, "PYTHONUNBUFFERED": "1"})
+        self.failed = False
+
+    # -- infrastructure -------------------------------------------------------------------------
+    def start_broker(self) -> str:
+        if self.s.bootstrap:
+            return self.s.bootstrap
+        from olstream.infra import kafka
+        from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+
+        port = free_port()
+        self.broker_dir = self.work / "kafka"
+        settings = KafkaSettings(
+            version=os.environ.get("OLSTREAM_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
+            port=port,
+            controller_port=free_port(avoid=frozenset({port})),
+            data_dir=self.broker_dir,
+        )
+        with self.console.status("starting a local Kafka broker ..."):
+            state, _ = kafka.start_broker(settings)
+        self.console.print(f"[green]✓[/] Kafka broker at {state.bootstrap} (stopped at the end)")
+        return state.bootstrap
+
+    def receiver_url(self) -> str | None:
+        if not self.s.marquez:
+            return self.s.url
+        from olstream.infra import marquez
+
+        with self.console.status("starting Marquez ..."):
+            args = argparse.Namespace(
+                version=os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION),
+                port=int(os.environ.get("OLSTREAM_MARQUEZ_PORT", marquez.DEFAULT_PORT)),
+                admin_port=None,
+                data_dir=None,
+                pg_url=os.environ.get("OLSTREAM_MARQUEZ_PG_URL"),
+                marquez_action="up",
+            )
+            url = marquez.up(marquez.settings_from_args(args))
+        self.console.print(f"[green]✓[/] Marquez API at {url} (left running: `olstream marquez down`)")
+        return url
+
+    # -- pipeline -------------------------------------------------------------------------------
+    def simulate(self, log_url: str) -> LogCounts:
+        """Write the seeded workload in-process (what `olstream log simulate` does) and count it."""
+        from olstream.eventlog.simulate import simulate
+        from olstream.eventlog.stores import open_store
+
+        with self.console.status(f"simulating {self.s.runs} workflow runs into {log_url} ..."):
+            store = open_store(log_url, partitions=LOG_PARTITIONS, create=True)
+            try:
+                simulate(store, self.s.runs, self.s.seed if self.s.seed is not None else 0)
+            finally:
+                store.close()
+            counts = count_log(log_url)
+        self.console.print(
+            f"[green]✓[/] event log: {counts.records} records, {counts.runs_started} runs started, "
+            f"{counts.runs_finished} finished"
+        )
+        return counts
+
+    def start_pipeline(self, bootstrap: str, topics: Topics, log_url: str, url: str | None) -> None:
+        b = ["--bootstrap", bootstrap]
+        self.children.start("source", ["source", "--log", log_url, *b, "--topic", topics.eventlog])
+        for i in range(self.s.workers):
+            self.children.start(
+                f"worker-{i + 1}",
+                ["worker", *b, "--app-id", topics.app_id, "--data-dir", str(self.work / f"worker-{i + 1}"),
+                 "--input-topic", topics.eventlog, "--output-topic", topics.events],
+                metrics_port=free_port(),
+            )  # fmt: skip
+        target = ["--url", url] if url else ["--file", str(self.s.out)]
+        self.children.start(
+            "sink",
+            [
+                *("sink", *b, "--topic", topics.events, "--group", topics.sink_group),
+                *("--dlq-topic", topics.dlq, *target),
+            ],
+        )
+
+    def wait(self, bootstrap: str, topics: Topics, counts: LogCounts, url: str | None) -> OutputTally:
+        """Follow each stage until every finished run's terminal event is delivered."""
+        from olstream.infra.demo_kafka import OffsetWatcher, TopicFollower
+
+        watcher = OffsetWatcher(bootstrap)
+        observed = OutputTally()
+        delivered = OutputTally()
+        follower = TopicFollower(bootstrap, topics.events, f"olstream-demo-observer-{self.tag}")
+        file_follower = FileFollower(self.s.out)
+        expected_events = counts.runs_started + counts.runs_finished
+        columns = (
+            TextColumn("{task.description:<34}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        deadline = time.monotonic() + self.s.timeout
+        last_progress: tuple[int, int, int] = (-1, -1, -1)
+        last_change = time.monotonic()
+        try:
+            with Progress(*columns, console=self.console) as bars:
+                src = bars.add_task(f"source → {topics.eventlog}", total=counts.records)
+                stream = bars.add_task(f"workers x{self.s.workers} → events", total=expected_events)
+                sink = bars.add_task("sink → " + (url or self.s.out.name), total=expected_events)
+                while True:
+                    self.children.check_alive(c.name for c in self.children.started if c.name != "simulate")
+                    for raw in follower.poll():
+                        observed.add(raw)
+                    published = watcher.end_total(topics.eventlog)
+                    published += watcher.end_total(topics.eventlog + ".errors")
+                    if url:
+                        committed, end = watcher.group_position(topics.sink_group, topics.events)
+                        sent = len(observed.events) if end and committed >= end else min(committed, end)
+                        finished = observed.complete(counts) and bool(end) and committed >= end
+                    else:
+                        for line in file_follower.new_lines():
+                            delivered.add(line)
+                        sent = len(delivered.events)
+                        finished = delivered.complete(counts)
+                    bars.update(src, completed=min(published, counts.records))
+                    bars.update(stream, completed=len(observed.events))
+                    bars.update(sink, completed=sent)
+                    if finished:
+                        return observed if url else delivered
+                    progress = (published, len(observed.events), sent)
+                    now = time.monotonic()
+                    if progress != last_progress:
+                        last_progress, last_change = progress, now
+                    elif now - last_change > STALL_SECONDS:
+                        raise InfrastructureError(self.stall_report(progress, counts, expected_events))
+                    if now > deadline:
+                        raise InfrastructureError(
+                            f"not finished after {self.s.timeout:.0f}s: {len(observed.terminal_runs)} of "
+                            f"{counts.runs_finished} terminal events on {topics.events}, "
+                            f"{len(delivered.terminal_runs)} delivered"
+                        )
+                    time.sleep(0.5)
+        finally:
+            follower.close()
+
+    def stall_report(self, progress: tuple[int, int, int], counts: LogCounts, expected: int) -> str:
+        """Which stage stopped moving, with the first error line of its processes."""
+        published, observed, sent = progress
+        if published < counts.records:
+            stage, prefix = f"the source ({published} of {counts.records} records published)", "source"
+        elif observed < expected:
+            stage, prefix = f"the workers ({observed} of {expected} events emitted)", "worker"
+        else:
+            stage, prefix = f"the sink ({sent} of {expected} events delivered)", "sink"
+        errors = [
+            f"  {c.name}: {first_error(c.log_path)}"
+            for c in self.children.started
+            if c.name.startswith(prefix) and first_error(c.log_path)
+        ]
+        return f"no progress for {STALL_SECONDS:.0f}s in {stage}" + (
+            "\n" + "\n".join(errors) if errors else ""
+        )
+
+    def parent_not_visible(self) -> int:
+        workers = [c for c in self.children.started if c.name.startswith("worker")]
+        total, scraped = 0.0, False
+        for c in workers:
+            if c.metrics_port:
+                text = scrape(c.metrics_port)
+                if text:
+                    scraped = True
+                    total += metric_total(text, "parent_not_visible")
+        if scraped:
+            return int(total)
+        return count_in_logs((c.log_path for c in workers), "parent_not_visible")
+
+    def run(self) -> int:
+        started = time.monotonic()
+        url = self.receiver_url()  # first: a receiver that cannot start fails before anything else runs
+        bootstrap = self.start_broker()
+        topics = topics_for(self.s.bootstrap is None, self.tag)
+        self.ensure_topics(bootstrap, topics)
+        if not url:
+            self.s.out.unlink(missing_ok=True)
+        counts = self.simulate(f"sqlite:///{self.work / 'events.db'}")
+        self.start_pipeline(bootstrap, topics, f"sqlite:///{self.work / 'events.db'}", url)
+        tally = self.wait(bootstrap, topics, counts, url)
+        not_visible = self.parent_not_visible()
+        with self.console.status("stopping source, workers and sink ..."):
+            self.children.stop()
+        from olstream.infra.demo_kafka import read_rejections
+
+        rejected = read_rejections(bootstrap, topics.dlq)
+        if url:
+            self.s.out.parent.mkdir(parents=True, exist_ok=True)
+            self.s.out.write_bytes(b"".join(sorted(raw + b"\n" for raw in tally.seen)))
+        self.report(counts, tally, not_visible, time.monotonic() - started, url, rejected)
+        if self.s.bootstrap:
+            topic_args = " ".join(
+                f"--topic {t}" for t in (topics.eventlog, topics.eventlog + ".errors", topics.events)
+            )
+            self.console.print(f"offsets and lag: olstream status --bootstrap {bootstrap} {topic_args}")
+        if rejected.total:
+            self.console.print(
+                f"[red]✗[/] the receiver rejected {rejected.total} event(s); they are in {topics.dlq} "
+                "(headers olstream.status, olstream.response)"
+            )
+            return 1
+        return 0
+
+    def ensure_topics(self, bootstrap: str, topics: Topics) -> None:
+        from olstream.infra.demo_kafka import OffsetWatcher, warm_up_group_coordinator
+        from olstream.shared.kafka_admin import ensure_topic
+
+        watcher = OffsetWatcher(bootstrap)
+        # The source's errors topic too: a topic must have its leaders before a client scans it.
+        for name in (topics.eventlog, topics.eventlog + ".errors", topics.events, topics.dlq):
+            ensure_topic(bootstrap, name, self.s.partitions)
+            watcher.wait_ready(name)
+        if self.broker_dir is not None:
+            warm_up_group_coordinator(bootstrap, topics.events, f"olstream-demo-warmup-{self.tag}")
+
+    def report(
+        self,
+        counts: LogCounts,
+        tally: OutputTally,
+        not_visible: int,
+        elapsed: float,
+        url: str | None,
+        rejected: Rejections,
+    ) -> None:
+        from olstream.infra.graph import build_graph, render
+
+        lineage = build_graph(tally.events)
+        summary = lineage.summary()
+        table = Table(title="olstream demo", show_header=False)
+        table.add_column(justify="left")
+        table.add_column(justify="right")
+        rows: list[tuple[str, object]] = [
+            ("runs simulated (started / finished)", f"{counts.runs_started} / {counts.runs_finished}"),
+            *((f"events {t}", n) for t, n in sorted(lineage.events_by_type.items())),
+            ("duplicate deliveries (byte-identical)", tally.duplicates),
+            ("re-sent events that differ (must be 0)", tally.conflicting),
+            ("jobs", summary["jobs"]),
+            ("datasets", summary["datasets"]),
+            ("dataset edges (read/write)", summary["dataset_edges"]),
+            ("parent edges", summary["parent_edges"]),
+            ("parent_not_visible", not_visible),
+            ("events rejected by the receiver (must be 0)", rejected.total),
+            *(
+                (f"  rejected with HTTP {status}", f"{n}, first: {first_reason(reason)}")
+                for status, (n, reason) in sorted(rejected.by_status.items())
+            ),
+            ("elapsed", f"{elapsed:.1f} s"),
+        ]
+        for key, value in rows:
+            table.add_row(key, str(value))
+        self.console.print(table)
+        try:
+            render(lineage, self.s.graph, f"olstream demo: {counts.runs_started} runs")
+            self.console.print(f"[green]✓[/] graph: {self.s.graph}")
+        except ConfigError as e:
+            self.console.print(f"[yellow]graph not rendered:[/] {e}")
+        where = f"posted to {url} (copy in {self.s.out})" if url else f"written to {self.s.out}"
+        self.console.print(f"[green]✓[/] events {where}")
+        if self.s.marquez and url:
+            self.console.print(f"Open Marquez: {url}/api/v1/namespaces (web UI: run marquez-web against it)")
+
+    def close(self) -> None:
+        self.children.stop()
+        if self.broker_dir is not None:
+            from olstream.infra import kafka
+
+            kafka.stop_broker(self.broker_dir)
+        if self.s.keep or (self.failed and self.children.started):
+            self.console.print(f"work directory (process logs): {self.work}")
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def first_reason(body: str, limit: int = 160) -> str:
+    """A receiver's response as one short line (Marquez answers an HTML page: its text, tags dropped)."""
+    text = " ".join(re.sub(r"<[^>]*>", " ", body).split())
+    return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(settings: DemoSettings) -> int:
+    """Run the demo; SIGTERM and Ctrl-C stop every process and broker it started."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    console = Console()
+    demo = Demo(settings, console)
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping everything the demo started[/]")
+        return 130
+    except BaseException:
+        demo.failed = True
+        raise
+    finally:
+        demo.close()

@@ -1,0 +1,235 @@
+"""Pieces of `olstream demo` that need no broker: what the log holds, child processes, metrics text."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from olstream.shared.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
+
+TERMINAL_TYPES = frozenset({"COMPLETE", "FAIL", "ABORT"})
+
+
+@dataclass(frozen=True)
+class LogCounts:
+    """What the simulated event log holds: the runs the pipeline must turn into events."""
+
+    records: int
+    runs_started: int
+    runs_finished: int  # runs with both RunStarted and RunEnded: each needs one terminal event
+    undecodable: int
+
+
+def count_log(url: str) -> LogCounts:
+    from olstream.contract.codec import decode
+    from olstream.contract.records import RunEnded, RunStarted
+    from olstream.eventlog.stores import open_store
+    from olstream.shared.errors import DecodeError
+
+    store = open_store(url)
+    started: set[str] = set()
+    ended: set[str] = set()
+    records = bad = 0
+    try:
+        for partition in store.partitions():
+            after = -1
+            while rows := store.read(partition, after, 5000):
+                for row in rows:
+                    records += 1
+                    after = row.offset
+                    try:
+                        record = decode(row.payload, row.partition, row.offset)
+                    except DecodeError:
+                        bad += 1
+                        continue
+                    if isinstance(record, RunStarted):
+                        started.add(record.engine_run_id)
+                    elif isinstance(record, RunEnded):
+                        ended.add(record.engine_run_id)
+    finally:
+        store.close()
+    return LogCounts(records, len(started), len(started & ended), bad)
+
+
+@dataclass
+class OutputTally:
+    """Distinct RunEvents seen (by bytes), and which runs have a terminal event."""
+
+    events: list[dict[str, object]] = field(default_factory=list)
+    seen: set[bytes] = field(default_factory=set)
+    terminal_runs: set[str] = field(default_factory=set)
+    started_runs: set[str] = field(default_factory=set)
+    duplicates: int = 0
+    by_run_event: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def conflicting(self) -> int:
+        """(run, event type) pairs seen with different bytes: a broken byte-identity promise."""
+        return sum(1 for n in self.by_run_event.values() if n > 1)
+
+    def complete(self, counts: LogCounts) -> bool:
+        """Every started run's START and every finished run's terminal event is here."""
+        started, finished = len(self.started_runs), len(self.terminal_runs)
+        return started >= counts.runs_started and finished >= counts.runs_finished
+
+    def add(self, raw: bytes) -> None:
+        if raw in self.seen:
+            self.duplicates += 1
+            return
+        self.seen.add(raw)
+        doc = json.loads(raw)
+        self.events.append(doc)
+        run_id = str(doc.get("run", {}).get("runId"))
+        key = (run_id, str(doc.get("eventType")))
+        self.by_run_event[key] = self.by_run_event.get(key, 0) + 1
+        if doc.get("eventType") in TERMINAL_TYPES:
+            self.terminal_runs.add(run_id)
+        elif doc.get("eventType") == "START":
+            self.started_runs.add(run_id)
+
+
+class FileFollower:
+    """Reads complete lines appended to a file since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.position = 0
+        self.partial = b""
+
+    def new_lines(self) -> list[bytes]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.position)
+                data = f.read()
+                self.position = f.tell()
+        except FileNotFoundError:
+            return []
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        return [ln for ln in lines if ln.strip()]
+
+
+def metric_total(text: str, fragment: str) -> float:
+    """Sum of every sample whose metric name contains `fragment` (Prometheus text format)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        m = re.match(r"([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if m and fragment in m.group(1) and not m.group(1).endswith("_created"):
+            with contextlib.suppress(ValueError):
+                total += float(m.group(3))
+    return total
+
+
+def scrape(port: int, timeout: float = 2.0) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
+            return str(resp.read().decode("utf-8", errors="replace"))
+    except OSError:
+        return ""
+
+
+def count_in_logs(paths: Iterable[Path], fragment: str) -> int:
+    n = 0
+    for path in paths:
+        with contextlib.suppress(OSError), path.open(encoding="utf-8", errors="replace") as f:
+            n += sum(1 for line in f if fragment in line)
+    return n
+
+
+@dataclass
+class Child:
+    """One pipeline process the demo started (its own session, so Ctrl-C reaches only the demo)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    metrics_port: int | None = None
+
+
+class Children:
+    def __init__(self, work_dir: Path, env: dict[str, str]) -> None:
+        self.work_dir = work_dir
+        self.env = env
+        self.started: list[Child] = []
+
+    def start(self, name: str, args: Sequence[str], metrics_port: int | None = None) -> Child:
+        log_path = self.work_dir / f"{name}.log"
+        cmd = [sys.executable, "-m", "olstream", *args]
+        if metrics_port:
+            cmd += ["--metrics-port", str(metrics_port)]
+        with log_path.open("ab") as out:
+            out.write(("$ " + " ".join(cmd) + "\n").encode())
+            out.flush()
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True,
+            )  # fmt: skip
+        child = Child(name, proc, log_path, metrics_port)
+        self.started.append(child)
+        return child
+
+    def run(self, name: str, args: Sequence[str], timeout: float) -> None:
+        """Run a command to completion; its failure is an error showing its last log lines."""
+        child = self.start(name, args)
+        try:
+            rc = child.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            self.stop([child])
+            raise InfrastructureError(f"{name} did not finish within {timeout:.0f}s") from e
+        if rc != 0:
+            raise InfrastructureError(f"{name} exited with {rc}:\n{tail_text(child.log_path)}")
+
+    def check_alive(self, names: Iterable[str]) -> None:
+        for child in self.started:
+            if child.name in names and child.proc.poll() is not None:
+                raise InfrastructureError(
+                    f"{child.name} exited early with {child.proc.returncode}:\n{tail_text(child.log_path)}"
+                )
+
+    def stop(self, children: Sequence[Child] | None = None, timeout: float = 20.0) -> None:
+        """SIGTERM (clean shutdown), then SIGKILL what is still alive after `timeout` seconds."""
+        targets = [c for c in (children if children is not None else self.started) if c.proc.poll() is None]
+        for c in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(c.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for c in targets:
+            try:
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM; killing it", c.name)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                c.proc.wait(timeout=10)
+
+
+def tail_text(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def first_error(path: Path) -> str:
+    """The first ERROR/Traceback line of a process log ("" when none)."""
+    with contextlib.suppress(OSError), path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if " ERROR " in line or line.startswith(("Traceback", "RuntimeError", "Exception")):
+                return line.strip()[:300]
+    return ""

@@ -1,0 +1,1 @@
+"""Shared pieces beside the contract: errors, exit codes, logging, metrics, configuration, Kafka clients."""

@@ -1,0 +1,511 @@
+"""The thin faust agent: decode, apply the pure step, store state, send events, evict.
+
+Events are processed as they arrive and acked manually, per batch (``batch_size``
+records, or ``batch_within`` seconds): a batch's events are acked only after every
+output send of the batch was acknowledged by the broker (``Sender.flush``), so a
+committed offset never runs ahead of an unacknowledged event. A failed send ends the process at
+once: nothing of the batch is committed, and the records are processed again,
+re-emitting identical bytes. State writes of a batch are coalesced per run and
+written to the table (RocksDB + changelog) after the batch's sends were acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, cast
+
+from aiokafka.errors import IllegalStateError
+from confluent_kafka import KafkaException
+from faust.streams import _current_event as _CURRENT_EVENT
+
+from olstream.contract import codec
+from olstream.contract.naming import MAX_JOB_PATH_BYTES
+from olstream.contract.records import Record, RunEnded
+from olstream.shared.errors import DecodeError, DeliveryError
+from olstream.streams.input_ledger import Admission, InputLedger
+from olstream.streams.processor import apply
+from olstream.streams.retention import CommittedLogPositions, Retention
+from olstream.streams.runid import epoch_millis
+from olstream.streams.runtime import app as m
+from olstream.streams.runtime.consumer import WorkerConsumer
+from olstream.streams.runtime.sender import Sender
+from olstream.streams.state import RunState, StreamInputError, dumps_state, finished_end_ms, loads_state
+
+log = logging.getLogger(__name__)
+
+EX_SEND_FAILED = 75
+COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
+REREAD_SECONDS = 10.0  # a partition read again from a hole is sought again if nothing came by then
+
+
+def _header(headers: Any, name: str) -> bytes | None:
+    items: Iterable[tuple[str, bytes]] = headers.items() if isinstance(headers, dict) else (headers or ())
+    for k, v in items:
+        if k == name:
+            return v
+    return None
+
+
+def _int_header(headers: Any, name: str) -> int | None:
+    raw = _header(headers, name)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _set_current_event(event: Any) -> None:
+    """Route table reads/writes to the event's partition (store DB and changelog partition).
+
+    Only this task's context is touched, never the stream attribute that
+    take_events' buffer task reads.
+    """
+    _CURRENT_EVENT.set(weakref.ref(event))
+
+
+class StreamWorker:
+    """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
+
+    def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
+        self.sa = sa
+        self.input_offsets = input_offsets
+        self.settings = sa.settings
+        self.cfg = sa.settings.mapping
+        self.table = sa.table
+        self.store: Any = sa.table.data
+        self.sender = sender
+        self.retention = Retention(sa.settings.retention_ms)
+        self.committed_log = CommittedLogPositions()
+        self.rescan_needed = True
+        self.parent_warned = False
+        self.path_warned = False
+        self.stopping = False
+        # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
+        self.overlay: dict[str, tuple[RunState | None, Any]] = {}
+        # decoded states of the store (bounded LRU), cleared on every rebalance
+        self.cache: OrderedDict[str, RunState] = OrderedDict()
+        self.batch: list[Any] = []
+        # input partition -> {log partition: last log offset} of the batch's records
+        self.batch_positions: dict[int, dict[int, int]] = {}
+        self.batch_started = 0.0
+        self.lock = asyncio.Lock()
+        self.stream: Any = None
+        self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
+        self.flush_seconds = 0.0  # time spent waiting for acks and writing state
+
+    # ------------------------------------------------------------------ state access
+
+    def lookup(self, engine_run_id: str) -> RunState | None:
+        hit = self.overlay.get(engine_run_id)
+        if hit is not None:
+            return hit[0]
+        # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
+        # current event's partition (Table.get would check membership first, a second read)
+        cached = self.cache.get(engine_run_id)
+        if cached is not None:
+            self.cache.move_to_end(engine_run_id)
+            return cached
+        raw = self.store._get(engine_run_id.encode("utf-8"))
+        if raw is None:
+            return None
+        state = loads_state(raw)
+        self.remember(engine_run_id, state)
+        return state
+
+    def remember(self, engine_run_id: str, state: RunState) -> None:
+        """Keep a decoded state (bounded LRU): what is in the store, never anything newer."""
+        self.cache[engine_run_id] = state
+        self.cache.move_to_end(engine_run_id)
+        if len(self.cache) > self.settings.state_cache_size:
+            self.cache.popitem(last=False)
+
+    def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
+        self.overlay[engine_run_id] = (state, event)
+
+    def write_overlay(self) -> None:
+        """Write the batch's state to the table (RocksDB, and faust's changelog producer).
+
+        faust flushes its producer before it commits offsets, so the changelog is never behind
+        a committed offset; the writes go to the partition of the event that changed the key.
+        A change made by an event of a partition this worker no longer owns is dropped: its new
+        owner processes that event again from the committed offset, and a late write here could
+        overwrite the newer state the new owner has written to the changelog since.
+        """
+        owned = self.sa.app.consumer.assignment()
+        for rid, (state, event) in self.overlay.items():
+            if event.message.tp not in owned:
+                continue
+            _set_current_event(event)
+            key = rid.encode("utf-8")
+            if state is None:
+                self.cache.pop(rid, None)
+                if self.store._get(key) is not None:
+                    del self.table[key]
+            else:
+                self.table[key] = dumps_state(state)
+                self.remember(rid, state)
+        self.overlay.clear()
+
+    def rescan(self) -> None:
+        """Rebuild the retention index from the finished runs in the (restored) table."""
+        self.cache.clear()  # a rebalance restores partitions from the changelog behind our back
+        self.retention.clear()
+        count = 0
+        for _key, raw in self.table.items():
+            if raw is not None and finished_end_ms(raw) is not None:
+                s = loads_state(raw)
+                assert s.end is not None
+                log_partition, end = s.start_position[0], s.end
+                self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.engine_run_id)
+                count += 1
+        self.rescan_needed = False
+        self.committed_log.keep_only({tp.partition for tp in self.owned_input_tps()})
+        m.RETAINED.set(self.retention.retained)
+        log.info("retention index rebuilt: %d finished runs retained", count)
+
+    def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
+        committed = self.committed_log.committed(log_partition)
+        for rid in self.retention.advance(log_partition, record_ms, committed):
+            s = self.lookup(rid)
+            if s is not None and s.end is not None:
+                self.put(rid, None, event)
+                m.EVICTED.inc()
+
+    # ------------------------------------------------------------------ processing
+
+    def add(self, event: Any) -> None:
+        """Process one event now (state into the overlay, events into the producer); ack it later."""
+        if self.rescan_needed:
+            self.rescan()
+        if not self.batch:
+            self.batch_started = time.monotonic()
+        _set_current_event(event)
+        t = time.perf_counter()
+        self.handle_event(event)
+        self.busy_seconds += time.perf_counter() - t
+        self.batch.append(event)
+
+    async def flush_batch(self, stream: Any) -> None:
+        """Wait for the batch's sends, then store its state, then ack its events (in that order)."""
+        async with self.lock:
+            if not self.batch:
+                return
+            started = time.perf_counter()
+            events, self.batch = self.batch, []
+            positions, self.batch_positions = self.batch_positions, {}
+            # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
+            # implies its START and terminal event were acknowledged, so a replayed RunStarted of
+            # an ended run may skip its START and a run's last event is always its terminal one
+            try:
+                await self.sender.flush()
+            except DeliveryError as e:
+                log.critical("%s; exiting without acking the batch (it will be processed again)", e)
+                os._exit(EX_SEND_FAILED)
+            token = _CURRENT_EVENT.set(None)
+            try:
+                self.write_overlay()
+            finally:
+                self.overlay.clear()
+                _CURRENT_EVENT.reset(token)
+            last_input: dict[int, int] = {}  # input partition -> the batch's last offset
+            with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
+                for event in events:
+                    await stream.ack(event)
+                    msg = event.message
+                    if msg.offset > last_input.get(msg.partition, -1):
+                        last_input[msg.partition] = msg.offset
+            for input_partition, log_offsets in positions.items():
+                self.committed_log.note_acked(input_partition, last_input[input_partition], log_offsets)
+            m.RETAINED.set(self.retention.retained)
+            elapsed = time.perf_counter() - started
+            self.flush_seconds += elapsed
+            m.BATCH_SECONDS.set(elapsed)
+            log.debug("batch of %d records flushed in %.3f s", len(events), elapsed)
+
+    def handle_event(self, event: Any) -> None:
+        msg = event.message
+        value: bytes = event.value
+        headers = msg.headers
+        try:
+            record = codec.decode(
+                value, _int_header(headers, "olstream.partition"), _int_header(headers, "olstream.offset")
+            )
+        except DecodeError as e:
+            self.reject(event, "undecodable", str(e))
+            return
+        m.record_counter(type(record).__name__).inc()
+        log_offsets = self.batch_positions.get(msg.partition)
+        if log_offsets is None:
+            log_offsets = self.batch_positions[msg.partition] = {}
+        if record.offset > log_offsets.get(record.partition, -1):
+            log_offsets[record.partition] = record.offset
+        self.evict(record.partition, epoch_millis(record.append_time), event)
+        try:
+            step = apply(record, self.cfg, self.lookup, msg.partition)
+        except StreamInputError as e:
+            self.reject(event, e.reason, str(e))
+            return
+        if step.write is not None:
+            self.put(step.engine_run_id, step.write, event)
+            if isinstance(record, RunEnded) and step.write.end is not None:
+                self.retention.note_finished(
+                    record.partition, step.write.end.end_ms, record.offset, step.engine_run_id
+                )
+        if step.replay:
+            m.REPLAYS.inc()
+        if step.parent_not_visible:
+            self.note_parent_not_visible(record)
+        if step.job_path_too_long:
+            m.JOB_PATH_TOO_LONG.inc()
+        if step.job_path_too_long and not self.path_warned:
+            self.path_warned = True
+            log.warning(
+                "run %s (log partition %d, offset %d): its job path would exceed %d bytes; named by a new "
+                "path of its own, without a parent edge (job_path_too_long_total counts them; logged once "
+                "per worker)",
+                record.engine_run_id,
+                record.partition,
+                record.offset,
+                MAX_JOB_PATH_BYTES,
+            )
+        for out in step.outputs:
+            self.sender.send(self.settings.output_topic, out.key, out.value)
+            m.event_counter(out.event_type).inc()
+
+    @property
+    def consumer(self) -> WorkerConsumer:
+        return cast(WorkerConsumer, self.sa.app.consumer)
+
+    def owned_input_tps(self) -> list[Any]:
+        """The input topic's partitions currently assigned to this worker."""
+        topic = self.settings.input_topic
+        return [tp for tp in self.sa.app.consumer.assignment() if tp.topic == topic]
+
+    async def refresh_committed(self, offsets_of: m.InputOffsets) -> None:
+        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+        owned = sorted(tp.partition for tp in self.owned_input_tps())
+        if not owned:
+            return
+        try:
+            offsets = await offsets_of.committed(owned)
+        except KafkaException as e:
+            log.warning("could not read the group's committed offsets (evictions wait): %s", e)
+            return
+        for partition, offset in offsets.items():
+            self.committed_log.note_committed(partition, offset)
+
+    # ------------------------------------------------------------------ input order
+
+    async def admit(self, event: Any) -> bool:
+        """Take the event only as the next record of its input partition (see olstream.streams.input_ledger).
+
+        A record the agent does not take is released without marking its offset: it is taken
+        when the partition is read again (after the seek faust makes on every assignment, or the
+        one made here for a hole).
+        """
+        msg = event.message
+        ledger = self.consumer.ledgers.get(msg.partition)
+        verdict = Admission.SKIP if ledger is None else ledger.admit(msg.offset)
+        if verdict is Admission.HOLE and ledger is not None:
+            verdict = await self.look_into_hole(ledger, msg)
+        if verdict is Admission.PROCESS:
+            return True
+        await self.stream.ack(event)  # outside agent_acks: released, its offset not marked
+        return False
+
+    async def look_into_hole(self, ledger: InputLedger, msg: Any) -> Admission:
+        """Ask the broker what lies between the partition's read position and this record."""
+        partition, expected = msg.partition, ledger.next_offset
+        try:
+            first = await self.input_offsets.first_offset_from(partition, expected)
+        except KafkaException as e:
+            log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
+            first = None
+        if self.consumer.ledgers.get(partition) is not ledger:
+            return Admission.SKIP  # sought or revoked meanwhile: the ledger started over
+        if first is not None and first >= msg.offset:
+            ledger.pass_absent(msg.offset)  # no records in between (transaction markers)
+            return ledger.admit(msg.offset)
+        if first is not None:
+            ledger.pass_absent(first)
+        await self.reread(ledger, partition)
+        return Admission.SKIP
+
+    async def reread(self, ledger: InputLedger, partition: int) -> None:
+        offset = ledger.request_reread(time.monotonic())
+        m.INPUT_REREAD.inc()
+        log.warning(
+            "input partition %d: records from offset %d were fetched but never reached the agent; "
+            "reading the partition again from there",
+            partition,
+            offset,
+        )
+        await self.seek_input(partition, offset)
+
+    async def seek_input(self, partition: int, offset: int) -> None:
+        try:
+            await self.consumer.read_input_again(partition, offset)
+        except IllegalStateError as e:  # revoked meanwhile: its next owner reads it from the commit
+            log.info("input partition %d not read again: %s", partition, e)
+
+    async def pass_trailing_markers(self, partition: int, ledger: InputLedger, high: int) -> bool:
+        """Whether the partition's tail from the read position up to `high` holds no records.
+
+        A hole is found when a record past it arrives, and none arrives after the transaction
+        marker that ends the last transaction: asked only once everything taken is acked.
+        """
+        expected = ledger.next_offset
+        if self.batch or expected >= high or ledger.advance() != expected:
+            return False
+        first = await self.input_offsets.first_offset_from(partition, expected)
+        if first is None or first < high:
+            return False
+        if self.consumer.ledgers.get(partition) is not ledger or ledger.next_offset != expected:
+            return False
+        ledger.pass_absent(high)  # transaction markers only
+        return True
+
+    async def retry_rereads(self) -> None:
+        """Read again from where a read from a hole brought nothing within REREAD_SECONDS.
+
+        Without the reread mark, the first record fetched past the read position is a hole again
+        and the broker is asked again (a marker the first answer missed is passed then).
+        """
+        now = time.monotonic()
+        for partition, ledger in list(self.consumer.ledgers.items()):
+            if ledger.reread_since is not None and now - ledger.reread_since >= REREAD_SECONDS:
+                ledger.reread_since = None
+                await self.seek_input(partition, ledger.next_offset)
+
+    def note_parent_not_visible(self, record: Record) -> None:
+        m.PARENT_NOT_VISIBLE.inc()
+        if not self.parent_warned:
+            self.parent_warned = True
+            log.warning(
+                "run %s (log partition %d, offset %d): its parent's identity or job path is neither on its "
+                "record nor in this worker's state: emitted without a parent edge, named as a root "
+                "(parent_not_visible_total counts them; logged once per worker)",
+                record.engine_run_id,
+                record.partition,
+                record.offset,
+            )
+
+    def reject(self, event: Any, reason: str, detail: str) -> None:
+        msg = event.message
+        m.ERRORS.labels(reason).inc()
+        log.warning("bad input at topic partition %d, offset %d: %s", msg.partition, msg.offset, detail)
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("olstream.error", reason.encode()),
+            ("olstream.error.detail", detail.encode("utf-8")),
+            ("olstream.source.topic", msg.topic.encode()),
+            ("olstream.source.partition", str(msg.partition).encode()),
+            ("olstream.source.offset", str(msg.offset).encode()),
+        ]
+        for name in ("olstream.partition", "olstream.offset", "olstream.type", "olstream.fingerprint"):
+            raw = _header(msg.headers, name)
+            if raw is not None:
+                headers.append((name, raw))
+        self.sender.send(self.settings.errors_topic, msg.key, event.value, headers)
+
+    # ------------------------------------------------------------------ --until-idle
+
+    async def check_idle(self, end_offsets: Any) -> None:
+        """Stop the worker (exit 0) once every assigned input partition is processed, acked and committed."""
+        if self.stopping:
+            return
+        app = self.sa.app
+        consumer = app.consumer
+        tps = self.owned_input_tps()
+        if not tps or app.rebalancing:
+            return
+        bounds = await end_offsets([tp.partition for tp in tps])
+        for tp in tps:
+            low, high = bounds[tp.partition]
+            if high <= low:
+                continue
+            ledger = self.consumer.ledgers.get(tp.partition)
+            if ledger is None:
+                return
+            if ledger.advance() < high and not await self.pass_trailing_markers(tp.partition, ledger, high):
+                return
+        await consumer.commit()
+        for tp in tps:
+            low, high = bounds[tp.partition]
+            committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
+            if high > low and (committed is None or committed < high):
+                return
+        self.stopping = True
+        log.info(
+            "input consumed to its end, every send acknowledged and offsets committed: stopping "
+            "(%.1f s processing records, %.1f s flushing batches)",
+            self.busy_seconds,
+            self.flush_seconds,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def attach(sa: m.StreamApp) -> StreamWorker:
+    """Register the agent, the rebalance hook and the idle timer on the app."""
+    input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
+    worker = StreamWorker(sa, Sender(sa.settings.bootstrap), input_offsets)
+    app = sa.app
+
+    @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
+    async def process(stream: Any) -> None:
+        # acks are manual: an event is acked only after its batch's sends were acknowledged
+        stream.enable_acks = False
+        worker.stream = stream
+        async for event in stream.events():
+            if not await worker.admit(event):
+                continue
+            async with worker.lock:
+                token = _CURRENT_EVENT.set(None)
+                try:
+                    worker.add(event)
+                finally:
+                    _CURRENT_EVENT.reset(token)
+            if len(worker.batch) >= sa.settings.batch_size:
+                await worker.flush_batch(stream)
+
+    async def flush_quiet_batch() -> None:
+        # a batch younger than batch_within waits for more records; an older one is flushed
+        quiet = time.monotonic() - worker.batch_started >= sa.settings.batch_within
+        if worker.stream is not None and worker.batch and quiet:
+            await worker.flush_batch(worker.stream)
+
+    app.timer(sa.settings.batch_within / 2)(flush_quiet_batch)
+
+    async def on_rebalance(sender: Any, **kwargs: Any) -> None:
+        worker.rescan_needed = True
+        log.info(
+            "rebalance complete: input partitions %s",
+            sorted(tp.partition for tp in worker.owned_input_tps()),
+        )
+
+    async def committed_timer() -> None:
+        await worker.refresh_committed(input_offsets)
+
+    app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
+
+    async def reread_timer() -> None:
+        await worker.retry_rereads()
+
+    app.timer(1.0)(reread_timer)
+
+    app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
+
+    if sa.settings.until_idle:
+
+        async def idle_timer() -> None:
+            await worker.check_idle(input_offsets.bounds)
+
+        app.timer(sa.settings.idle_check_interval)(idle_timer)
+
+    return worker

@@ -1,0 +1,206 @@
+"""The faust app of the lineage stream: input topic, run-state table (RocksDB), output topics.
+
+The agent (``olstream.streams.runtime.agent``) stays thin; everything event-shaped is in
+``olstream.streams.processor`` / ``olstream.streams.mapping``, which import no faust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import faust
+from prometheus_client import Counter, Gauge
+
+from olstream.shared.kafka_admin import ensure_topic, topic_partitions
+from olstream.streams.runtime.consumer import use_worker_consumer
+from olstream.streams.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+RECORDS = Counter("olstream_stream_records_total", "Input records processed", ["type"])
+EVENTS = Counter("olstream_stream_events_total", "RunEvents emitted (including replays)", ["event_type"])
+ERRORS = Counter("olstream_stream_errors_total", "Bad input records sent to the errors topic", ["reason"])
+PARENT_NOT_VISIBLE = Counter(
+    "olstream_stream_parent_not_visible_total",
+    "Child runs emitted without a parent edge: what the edge needs of the parent (its identity, and "
+    "with hierarchical job names its job path) is neither on the child's record nor in this worker's state",
+)
+JOB_PATH_TOO_LONG = Counter(
+    "olstream_stream_job_path_too_long_total",
+    "Child runs whose hierarchical job path would exceed the limit: named by a new path, no parent edge",
+)
+REPLAYS = Counter(
+    "olstream_stream_replayed_records_total", "Records that re-emitted or changed nothing (replays)"
+)
+EVICTED = Counter("olstream_stream_evicted_runs_total", "Finished runs evicted after the retention window")
+RETAINED = Gauge(
+    "olstream_stream_finished_runs_retained", "Finished runs kept for replays (retention window)"
+)
+INPUT_REREAD = Counter(
+    "olstream_stream_input_reread_total",
+    "Input records fetched but never handed to the agent, found by the commit ledger and read again",
+)
+BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
+
+CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+
+
+@cache
+def record_counter(record_type: str) -> Any:
+    return RECORDS.labels(record_type)
+
+
+@cache
+def event_counter(event_type: str) -> Any:
+    return EVENTS.labels(event_type)
+
+
+@dataclass(frozen=True)
+class StreamApp:
+    settings: WorkerSettings
+    app: faust.App
+    input_topic: Any
+    output_topic: Any
+    errors_topic: Any
+    table: Any
+    partitions: int
+
+
+def prepare_topics(settings: WorkerSettings) -> int:
+    """Create the input/output/errors topics when missing; the input's partition count."""
+    ensure_topic(settings.bootstrap, settings.input_topic, settings.default_partitions)
+    partitions = topic_partitions(settings.bootstrap, settings.input_topic)
+    if partitions is None:
+        raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
+    ensure_topic(settings.bootstrap, settings.output_topic, partitions)
+    ensure_topic(settings.bootstrap, settings.errors_topic, 1)
+    return partitions
+
+
+def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        store="rocksdb://",
+        datadir=settings.data_dir,
+        processing_guarantee="at_least_once",
+        topic_partitions=partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        table_standby_replicas=0,
+        web_enabled=False,
+        producer_acks=-1,
+        producer_linger_ms=5,
+        producer_max_batch_size=1_048_576,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=True,  # a rebalance waits until every taken event is acked (batches flush in 0.1 s)
+        broker_commit_every=10_000,
+        broker_commit_interval=1.0,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        key_serializer="raw",
+        value_serializer="raw",
+    )
+    use_worker_consumer(app, settings.input_topic)
+    input_topic = app.topic(
+        settings.input_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+        internal=False,
+    )
+    output_topic = app.topic(
+        settings.output_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+    errors_topic = app.topic(
+        settings.errors_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    )
+    table = app.Table(
+        "runs",
+        key_type=bytes,
+        value_type=bytes,
+        partitions=partitions,
+        extra_topic_configs=CHANGELOG_CONFIG,
+    )
+    return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
+
+
+class InputOffsets:
+    """Offsets of the input's partitions as the broker has them, queried off the event loop with
+    confluent-kafka: low/high watermarks (``--until-idle``) and the group's committed offsets.
+
+    The committed offsets gate evictions (see ``olstream.streams.retention``): faust's own bookkeeping
+    can run ahead of the broker around rebalances, and no eviction may trust a commit that did
+    not happen. The consumer never subscribes, so it does not join the group.
+    """
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        self._consumer = Consumer(config)
+        # reads single records by assignment (never subscribes or commits); faust reads the input
+        # uncommitted, and so does this
+        self._probe_lock = threading.Lock()
+        self._probe = Consumer(
+            {
+                **config,
+                "isolation.level": "read_uncommitted",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
+
+    def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        out = {}
+        for p in partitions:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            out[p] = (low, high)
+        return out
+
+    def _committed(self, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in tps if tp.error is None and tp.offset >= 0}
+
+    def _first_offset_from(self, partition: int, offset: int) -> int | None:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        with self._probe_lock:  # one assignment at a time: the agent and the idle timer both ask
+            self._probe.assign([TopicPartition(self.topic, partition, offset)])
+            try:
+                for msg in self._probe.consume(1, timeout=5.0):
+                    err, found = msg.error(), msg.offset()
+                    if msg.partition() != partition or found is None:
+                        continue
+                    if err is None or err.code() == KafkaError._PARTITION_EOF:
+                        return int(found)
+                return None
+            finally:
+                self._probe.unassign()
+
+    async def first_offset_from(self, partition: int, offset: int) -> int | None:
+        """The offset of the first record at or after `offset`, or the partition's end offset when
+        there is none (None: nothing could be read in 5 s)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._first_offset_from, partition, offset
+        )
+
+    async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """Low and high watermark of each partition."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._watermarks, partitions)
+
+    async def committed(self, partitions: list[int]) -> dict[int, int]:
+        """The group's committed offset (next offset to read) of each partition that has one."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._committed, partitions)

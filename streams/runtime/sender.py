@@ -1,0 +1,80 @@
+"""Output sends with confluent-kafka (librdkafka): produced during a batch, flushed before it is acked.
+
+faust acks a batch's input events only after the agent returns; the agent returns
+only after ``flush()`` saw every send of the batch acknowledged (``acks=all``,
+idempotent producer). Keys are partitioned with murmur2, like the Java client and
+the OpenLineage Kafka transport, so a run tree's events share one partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from olstream.shared.errors import DeliveryError
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[str, str | bytes | None]]
+
+
+class Sender:
+    def __init__(self, bootstrap: str, extra: dict[str, Any] | None = None) -> None:
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 50,  # flush() sends at once; a long linger spares a wake-up per produce
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 500_000,
+            "partitioner": "murmur2_random",
+            # only failures call back into Python, not every acknowledged send (flush() still
+            # waits for every message; tests/integration/test_stream_sender.py)
+            "delivery.report.only.error": True,
+            "on_delivery": self._delivered,
+        }
+        config.update(extra or {})
+        self._failure: KafkaError | None = None
+        self._producer = Producer(config)
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and self._failure is None:
+            self._failure = err
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
+        while True:
+            try:
+                if partition is None:
+                    self._producer.produce(topic, value, key, headers=headers)
+                else:
+                    self._producer.produce(topic, value, key, partition=partition, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _flush(self, timeout: float) -> None:
+        remaining = self._producer.flush(timeout)
+        if self._failure is not None:
+            raise DeliveryError(f"an output send failed: {self._failure}")
+        if remaining:
+            raise DeliveryError(f"{remaining} output sends not acknowledged within {timeout:.0f} s")
+
+    async def flush(self, timeout: float = 60.0) -> None:
+        """Wait (off the event loop) until every send so far is acknowledged; DeliveryError otherwise."""
+        if len(self._producer) == 0 and self._failure is None:
+            self._producer.poll(0)
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._flush, timeout)
+
+    def close(self) -> None:
+        self._producer.flush(10)

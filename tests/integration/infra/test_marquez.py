@@ -1,0 +1,196 @@
+"""The whole pipeline (simulator -> source -> worker -> sink) into a real Marquez, checked via its REST API.
+
+Marquez is started once for the session (`olstream.infra.marquez.up`, from Maven Central, on the test
+PostgreSQL) and stopped afterwards; `OLSTREAM_MARQUEZ_URL` points the test at one already running.
+When Marquez cannot be obtained from Maven Central the test is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from olstream.infra import marquez
+from olstream.infra.process import free_port
+from olstream.shared.errors import OlstreamError
+
+pytestmark = [pytest.mark.integration, pytest.mark.marquez]
+
+RUN_STATES = {"START": "RUNNING", "COMPLETE": "COMPLETED", "FAIL": "FAILED", "ABORT": "ABORTED"}
+
+
+@pytest.fixture(scope="session")
+def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    external = os.environ.get("OLSTREAM_MARQUEZ_URL")
+    if external:
+        yield external.rstrip("/")
+        return
+    try:
+        marquez.resolve_classpath(os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION))
+    except OlstreamError as e:
+        pytest.skip(f"Marquez is not available here: {e}")
+    postgres_server = request.getfixturevalue("postgres_server")  # only once Marquez is there to use it
+    data_dir = Path(tempfile.mkdtemp(prefix="olstream-marquez-"))
+    port = free_port()
+    settings = marquez.MarquezSettings(
+        version=os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION),
+        port=port,
+        admin_port=free_port(avoid=frozenset({port})),
+        data_dir=data_dir,
+        pg_admin_url=postgres_server,
+        db_name=f"marquez_{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        yield marquez.up(settings)
+    finally:
+        marquez.down(settings)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float = 240) -> None:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{cmd[3:5]} exited {done.returncode}:\n{done.stderr[-3000:]}"
+
+
+def _read_topic(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        parts = [TopicPartition(topic, p, 0) for p in meta.topics[topic].partitions]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+        consumer.assign(parts)
+        seen: dict[bytes, dict[str, Any]] = {}
+        remaining = {p for p, end in ends.items() if end > 0}
+        while remaining:
+            msg = consumer.poll(5)
+            assert msg is not None, f"topic {topic} ended early"
+            if msg.error() is None:
+                raw = msg.value() or b""
+                seen.setdefault(raw, json.loads(raw))
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    remaining.discard(msg.partition())
+        return list(seen.values())
+    finally:
+        consumer.close()
+
+
+def _find_job(jobs: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, Any]:
+    """The Marquez job of this event: stored under exactly its name, under exactly its parent's job.
+
+    With hierarchical job names (docs/naming.md) Marquez's full name of a child is the event's job
+    name, its simple name the last segment, and its parentJobName the parent facet's job name.
+    """
+    name = str(event["job"]["name"])
+    parent = event["run"].get("facets", {}).get("parent")
+    matches = [job for job in jobs if job["name"] == name]
+    assert len(matches) == 1, f"{len(matches)} Marquez jobs named {name!r}"
+    job = matches[0]
+    assert job.get("parentJobName") == (None if parent is None else parent["job"]["name"]), (name, job)
+    if parent is not None:
+        assert name == f"{parent['job']['name']}.{job['simpleName']}", (name, job.get("simpleName"))
+    return job
+
+
+def _get(client: httpx.Client, path: str) -> dict[str, Any]:
+    resp = client.get(path)
+    assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text[:300]}"
+    body = resp.json()
+    assert isinstance(body, dict)
+    return body
+
+
+def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
+    marquez_url: str,
+    kafka_bootstrap: str,
+    make_topic: Any,
+    unique_group: str,
+    tmp_path: Path,
+    olstream_cmd: list[str],
+    subprocess_env: dict[str, str],
+) -> None:
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    eventlog, events_topic = make_topic(partitions=3), make_topic(partitions=3)
+    namespace_prefix = f"mq{uuid.uuid4().hex[:6]}"
+    env = subprocess_env
+    b = ["--bootstrap", kafka_bootstrap]
+    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "120", "--seed", "5"], env)
+    _run([*olstream_cmd, "source", "--log", log_url, *b, "--topic", eventlog, "--until-idle"], env)
+    _run(
+        [*olstream_cmd, "worker", *b, "--app-id", f"mq-{namespace_prefix}", "--data-dir", str(tmp_path / "w"),
+         "--input-topic", eventlog, "--output-topic", events_topic, "--until-idle"],
+        env,
+    )  # fmt: skip
+    _run([*olstream_cmd, "sink", *b, "--topic", events_topic, "--group", unique_group, "--url", marquez_url,
+          "--until-idle"], env)  # fmt: skip
+
+    events = _read_topic(kafka_bootstrap, events_topic)
+    assert events
+    final: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["run"]["runId"] not in final or e["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+            final[e["run"]["runId"]] = e
+
+    with httpx.Client(base_url=marquez_url, timeout=30) as client:
+        jobs_by_ns: dict[str, list[dict[str, Any]]] = {}
+        for ns in {e["job"]["namespace"] for e in final.values()}:
+            jobs_by_ns[ns] = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs?limit=10000")["jobs"]
+        for run_id, event in final.items():
+            # every job (children under their parent's name, with parentJobName): the parent/child edges
+            job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
+            runs = _get(client, f"/api/v1/namespaces/{quote(event['job']['namespace'], safe='')}/jobs/"
+                                f"{quote(job['name'], safe='')}/runs?limit=10000")["runs"]  # fmt: skip
+            assert run_id in {r["id"] for r in runs}, f"run {run_id} is not on job {job['name']!r}"
+            # every run with its final state
+            run = _get(client, f"/api/v1/jobs/runs/{run_id}")
+            assert run["state"] == RUN_STATES[event["eventType"]], (job["name"], run_id)
+            # every dataset, and the run's read/write edges
+            for direction in ("inputs", "outputs"):
+                for ds in event.get(direction, []):
+                    _get(client, f"/api/v1/namespaces/{quote(ds['namespace'], safe='')}/datasets/"
+                                 f"{quote(ds['name'], safe='')}")  # fmt: skip
+            if event["eventType"] == "COMPLETE":
+                for direction, key in (
+                    ("inputs", "inputDatasetVersions"),
+                    ("outputs", "outputDatasetVersions"),
+                ):
+                    want = {(d["namespace"], d["name"]) for d in event.get(direction, [])}
+                    got = {
+                        (v["datasetVersionId"]["namespace"], v["datasetVersionId"]["name"])
+                        for v in run.get(key, [])
+                    }
+                    assert want <= got, (job["name"], direction, want - got)
+        # no phantom jobs: every stored job is one an event names
+        for ns, jobs in jobs_by_ns.items():
+            named = {e["job"]["name"] for e in final.values() if e["job"]["namespace"] == ns}
+            phantoms = {j["name"] for j in jobs} - named
+            assert not phantoms, f"jobs no event names in {ns}: {sorted(phantoms)[:5]}"
+        assert max(e["job"]["name"].count("@") for e in final.values()) >= 4, "children at depth 3 and more"
+        # every dataset with its data source
+        for event in final.values():
+            for ds in event.get("inputs", []) + event.get("outputs", []):
+                got = _get(client, f"/api/v1/namespaces/{quote(ds['namespace'], safe='')}/datasets/"
+                                   f"{quote(ds['name'], safe='')}")  # fmt: skip
+                assert got.get("sourceName") == ds["namespace"], (ds, got.get("sourceName"))
+        # the lineage graph names each child's parent too
+        children = [e for e in final.values() if e["run"].get("facets", {}).get("parent")]
+        assert children, "the simulated workload should have child runs"
+        for event in children[:10]:
+            job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
+            node = f"job:{event['job']['namespace']}:{job['name']}"
+            graph = _get(client, f"/api/v1/lineage?nodeId={quote(node, safe='')}&depth=1")["graph"]
+            me = next(n for n in graph if n["id"] == node)
+            assert me["data"].get("parentJobName") == event["run"]["facets"]["parent"]["job"]["name"]

@@ -1,0 +1,225 @@
+"""Stream workers under faults: kill -9 during scale-out, and a fast restart over 100,000 open runs."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from olstream.contract import codec
+from olstream.contract.naming import normalize_namespace
+from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunStarted
+from olstream.streams.mapping import TERMINAL_EVENT_TYPES
+from tests.support.stream_records import T0, ended, started
+from tests.support.stream_support import (
+    Out,
+    consume_all,
+    produce_records,
+    produce_rows,
+    simulated_rows,
+    start_worker,
+    stop,
+    tail,
+    worker_cmd,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class Follower:
+    """Reads a topic incrementally from its start."""
+
+    def __init__(self, bootstrap: str, topic: str, *, from_end: bool = False) -> None:
+        self.c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"follow-{topic}-{time.time_ns()}",
+                "auto.offset.reset": "latest" if from_end else "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        meta = self.c.list_topics(topic, timeout=10)
+        parts = list(meta.topics[topic].partitions)
+        tps = []
+        for p in parts:
+            low, high = self.c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            tps.append(TopicPartition(topic, p, high if from_end else low))
+        self.c.assign(tps)
+        self.seen: list[Out] = []
+
+    def poll(self, seconds: float = 0.5) -> int:
+        batch = self.c.consume(10_000, seconds)
+        for m in batch:
+            assert m.error() is None, m.error()
+            self.seen.append(Out(m.key(), m.value(), m.partition(), m.offset()))
+        return len(batch)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def committed_everything(bootstrap: str, group: str, topic: str) -> bool:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        committed = c.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+        for tp in committed:
+            _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+            if high > 0 and tp.offset < high:
+                return False
+        return True
+    finally:
+        c.close()
+
+
+def test_scale_out_kill_9_one_of_three_workers(
+    kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
+) -> None:
+    rows, _ = simulated_rows(tmp_path, runs=5000, seed=21)
+    records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
+    starts = {r.engine_run_id for r in records if isinstance(r, RunStarted)}
+    ends = {r.engine_run_id: r.status.value for r in records if isinstance(r, RunEnded)}
+    src, out, err = make_topic(6), make_topic(6), make_topic(1)
+    produce_rows(kafka_bootstrap, src, rows)
+
+    follower = Follower(kafka_bootstrap, out)
+    procs = []
+    for i in range(3):
+        cmd = worker_cmd(
+            kafka_bootstrap, unique_group, tmp_path / f"w{i}", src, out, err, "--session-timeout", "6"
+        )
+        procs.append(start_worker(cmd, tmp_path / f"w{i}.log"))
+    try:
+        deadline = time.monotonic() + 120
+        while len(follower.seen) < (len(starts) + len(ends)) // 5 and time.monotonic() < deadline:
+            follower.poll()
+        assert len(follower.seen) > 0, tail(tmp_path / "w0.log")
+        procs[1].send_signal(signal.SIGKILL)  # mid-stream
+        procs[1].wait()
+        # the kill must land while input is still unprocessed, or this test could not fail
+        assert not committed_everything(kafka_bootstrap, unique_group, src), (
+            "the workers finished before the kill"
+        )
+
+        def complete() -> bool:
+            kinds = {
+                (o.doc["run"]["facets"]["workflow"]["engineRunId"], o.doc["eventType"]) for o in follower.seen
+            }
+            return all((rid, "START") in kinds for rid in starts) and all(
+                (rid, TERMINAL_EVENT_TYPES[status]) in kinds for rid, status in ends.items()
+            )
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if not follower.poll(1.0) and complete():
+                break
+        if not complete():
+            kinds = {
+                (o.doc["run"]["facets"]["workflow"]["engineRunId"], o.doc["eventType"]) for o in follower.seen
+            }
+            missing = [rid for rid in starts if (rid, "START") not in kinds]
+            missing_end = [r for r, st in ends.items() if (r, TERMINAL_EVENT_TYPES[st]) not in kinds]
+            logs = "\n".join(f"--- w{i}\n{tail(tmp_path / f'w{i}.log', 25)}" for i in (0, 2))
+            raise AssertionError(
+                f"after the kill, {len(missing)} runs lack START and {len(missing_end)} their terminal "
+                f"event (e.g. {(missing + missing_end)[:3]}):\n{logs}"
+            )
+        # a lost declaration loses no event, only a dataset: every one must be on its run's terminal event
+        declared: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for r in records:
+            if isinstance(r, DatasetDeclared) and r.engine_run_id in ends:
+                side = "inputs" if r.direction is Direction.INPUT else "outputs"
+                dataset = (side, normalize_namespace(r.dataset_namespace), r.dataset_name)
+                declared[r.engine_run_id].add(dataset)
+        on_terminal: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        for o in follower.seen:
+            doc = o.doc
+            if doc["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+                rid = doc["run"]["facets"]["workflow"]["engineRunId"]
+                for side in ("inputs", "outputs"):
+                    on_terminal[rid].update((side, d["namespace"], d["name"]) for d in doc[side])
+        lost = {rid: sorted(want - on_terminal[rid]) for rid, want in declared.items()}
+        lost = {rid: datasets for rid, datasets in lost.items() if datasets}
+        assert not lost, f"{len(lost)} runs lost declared datasets, e.g. {list(lost.items())[:2]}"
+    finally:
+        for p in procs:
+            stop(p)
+        follower.close()
+
+    copies: dict[tuple[str, str], set[bytes]] = defaultdict(set)
+    per_run: dict[str, list[Out]] = defaultdict(list)
+    for o in sorted(follower.seen, key=lambda o: (o.partition, o.offset)):
+        doc = o.doc
+        copies[(doc["run"]["runId"], doc["eventType"])].add(o.value)
+        per_run[doc["run"]["facets"]["workflow"]["engineRunId"]].append(o)
+    differing = {k: sorted(v) for k, v in copies.items() if len(v) > 1}
+    assert not differing, f"every repeat is byte-identical; these differ: {list(differing.items())[:1]}"
+    for rid, events in per_run.items():
+        types = [e.doc["eventType"] for e in events]
+        assert types[0] == "START", (rid, types)
+        if rid in ends:
+            assert types[-1] == TERMINAL_EVENT_TYPES[ends[rid]], (rid, types)
+        else:
+            assert set(types) == {"START"}, (rid, types)
+
+
+@pytest.mark.slow
+def test_restart_with_100k_open_runs_processes_again_within_15s(
+    kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
+) -> None:
+    n = 100_000
+    src, out, err = make_topic(6), make_topic(6), make_topic(1)
+    records = [
+        started(
+            f"open-{i}",
+            partition=i % 8,
+            offset=i // 8,
+            instance=f"inst-{i}",
+            start=T0 + timedelta(milliseconds=i),
+        )
+        for i in range(n)
+    ]
+    produce_records(kafka_bootstrap, src, records)
+    data_dir = tmp_path / "w"
+    cmd = worker_cmd(kafka_bootstrap, unique_group, data_dir, src, out, err)
+    proc = start_worker(cmd, tmp_path / "w1.log")
+    try:
+        deadline = time.monotonic() + 300
+        while not committed_everything(kafka_bootstrap, unique_group, src):
+            assert time.monotonic() < deadline, "the first worker did not process 100,000 runs:\n" + tail(
+                tmp_path / "w1.log"
+            )
+            assert proc.poll() is None, tail(tmp_path / "w1.log")
+            time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    follower = Follower(kafka_bootstrap, out, from_end=True)
+    target = records[12_345]
+    produce_records(kafka_bootstrap, src, [ended(target.engine_run_id, partition=target.partition, offset=n)])
+    restarted = time.monotonic()
+    proc = start_worker(cmd, tmp_path / "w2.log")
+    try:
+        terminal = None
+        while terminal is None and time.monotonic() - restarted < 60:
+            follower.poll(0.2)
+            for o in follower.seen:
+                doc = o.doc
+                if (
+                    doc["eventType"] == "COMPLETE"
+                    and doc["run"]["facets"]["workflow"]["engineRunId"] == target.engine_run_id
+                ):
+                    terminal = time.monotonic() - restarted
+        assert terminal is not None, tail(tmp_path / "w2.log")
+        assert terminal < 15.0, f"restarted worker took {terminal:.1f} s to process again"
+    finally:
+        stop(proc)
+        follower.close()
+    # the restarted worker kept its state: the terminal event names the run started before the kill
+    assert consume_all(kafka_bootstrap, err, idle=0.5) == []

@@ -1,0 +1,223 @@
+"""Helpers for the stream worker's integration tests: feed records, run workers, read events."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from olstream.contract import codec
+from olstream.contract.naming import job_segment
+from olstream.contract.records import Record, RunStarted
+from olstream.eventlog.simulate import SimulationSummary, simulate
+from olstream.eventlog.store import StoredRow
+from olstream.eventlog.stores import open_store
+
+REPO = Path(__file__).resolve().parents[2]
+OLSTREAM = [sys.executable, "-m", "olstream"]
+
+
+def simulated_rows(
+    tmp: Path, runs: int, seed: int, partitions: int = 8
+) -> tuple[list[StoredRow], SimulationSummary]:
+    """Every row of a freshly simulated SQLite log, partition by partition in offset order."""
+    store = open_store(f"sqlite:///{tmp / f'sim-{seed}-{runs}.db'}", partitions=partitions, create=True)
+    try:
+        summary = simulate(store, runs, seed)
+        rows: list[StoredRow] = []
+        for p in store.partitions():
+            after = -1
+            while True:
+                batch = store.read(p, after, 10_000)
+                if not batch:
+                    break
+                rows.extend(batch)
+                after = batch[-1].offset
+        return rows, summary
+    finally:
+        store.close()
+
+
+def headers_for(partition: int, offset: int, payload: bytes) -> list[tuple[str, bytes]]:
+    name = codec.peek_record_name(payload)
+    return [
+        ("olstream.partition", str(partition).encode()),
+        ("olstream.offset", str(offset).encode()),
+        ("olstream.type", name.encode()),
+        ("olstream.fingerprint", payload[2 : codec.HEADER_LEN].hex().encode()),
+    ]
+
+
+def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
+    """Publish rows as the source connector does: key = log partition, value = the stored bytes."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    n = 0
+    for row in rows:
+        while True:
+            try:
+                p.produce(
+                    topic,
+                    row.payload,
+                    str(row.partition).encode(),
+                    headers=headers_for(row.partition, row.offset, row.payload),
+                )
+                break
+            except BufferError:
+                p.poll(0.1)
+        n += 1
+    assert p.flush(60) == 0
+    return n
+
+
+def produce_records(bootstrap: str, topic: str, records: Sequence[Record]) -> int:
+    return produce_rows(
+        bootstrap, topic, (StoredRow(r.partition, r.offset, codec.encode(r)) for r in records)
+    )
+
+
+def produce_raw(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic, value, key)
+    assert p.flush(30) == 0
+
+
+@dataclass(frozen=True)
+class Out:
+    key: bytes
+    value: bytes
+    partition: int
+    offset: int
+
+    @property
+    def doc(self) -> dict:  # type: ignore[type-arg]
+        return json.loads(self.value)  # type: ignore[no-any-return]
+
+
+def consume_all(
+    bootstrap: str, topic: str, *, expect: int | None = None, idle: float = 3.0, timeout: float = 120.0
+) -> list[Out]:
+    """Read the topic from the start until `expect` messages (if given) and `idle` quiet seconds."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{topic}-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
+    out: list[Out] = []
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = c.consume(10_000, 0.5)
+            if not batch:
+                if time.monotonic() - quiet_since >= idle and (expect is None or len(out) >= expect):
+                    break
+                continue
+            quiet_since = time.monotonic()
+            for m in batch:
+                assert m.error() is None, m.error()
+                out.append(Out(m.key(), m.value(), m.partition(), m.offset()))
+    finally:
+        c.close()
+    return out
+
+
+def worker_cmd(
+    bootstrap: str,
+    app_id: str,
+    data_dir: Path,
+    input_topic: str,
+    output_topic: str,
+    errors_topic: str,
+    *extra: str,
+) -> list[str]:
+    return [
+        *OLSTREAM, "worker", "--bootstrap", bootstrap, "--app-id", app_id, "--data-dir", str(data_dir),
+        "--input-topic", input_topic, "--output-topic", output_topic, "--errors-topic", errors_topic, *extra,
+    ]  # fmt: skip
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), e.get("PYTHONPATH", "")]))
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+def start_worker(cmd: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log = log_path.open("wb")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
+
+
+def run_until_idle(cmd: list[str], log_path: Path, timeout: float = 240.0) -> None:
+    proc = start_worker([*cmd, "--until-idle"], log_path)
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"worker did not go idle in {timeout} s; log:\n{tail(log_path)}") from None
+    assert rc == 0, f"worker exited {rc}; log:\n{tail(log_path)}"
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bool]]:
+    """engine run id -> (the job path the docs promise, whether the run keeps its parent edge).
+
+    The rule of docs/naming.md, from the durable records alone: a root is its own segment; a child
+    extends its parent's path when its record carries the parent's full coordinates and path, or
+    names the parent as its root too, or when the parent is on the same log partition (and so
+    always in the worker's state first); otherwise it is named as a root and has no parent edge.
+    """
+    out: dict[str, tuple[str, bool]] = {}
+
+    def path(rid: str) -> tuple[str, bool]:
+        if rid in out:
+            return out[rid]
+        r = starts[rid]
+        own = job_segment(r.workflow_type, r.workflow_version)
+        p = r.parent
+        result = (own, False)
+        if p is None:
+            result = (own, False)
+        elif p.is_complete and p.job_name is not None:
+            # the writer's path for the parent must be the one the parent got
+            assert p.engine_run_id not in starts or path(p.engine_run_id)[0] == p.job_name, rid
+            result = (f"{p.job_name}.{own}", True)
+        elif p.is_complete and r.root is not None and r.root.engine_run_id == p.engine_run_id:
+            result = (f"{job_segment(p.workflow_type or '', p.workflow_version or '')}.{own}", True)
+        elif p.engine_run_id in starts and starts[p.engine_run_id].partition == r.partition:
+            result = (f"{path(p.engine_run_id)[0]}.{own}", True)
+        out[rid] = result
+        return result
+
+    for rid in starts:
+        path(rid)
+    return out

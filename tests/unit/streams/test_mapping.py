@@ -1,0 +1,345 @@
+"""The pure mapping: records -> run state -> canonical RunEvent bytes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+
+import olstream
+from olstream.contract.records import Direction, Record, RunError, RunRef, RunStatus
+from olstream.streams.mapping import (
+    DEFAULT_PRODUCER,
+    OPENLINEAGE_SCHEMA_URL,
+    TERMINAL_EVENT_TYPES,
+    WORKFLOW_FACET_SCHEMA_URL,
+    MappingConfig,
+    canonical_bytes,
+)
+from olstream.streams.state import StreamInputError
+from tests.support.stream_records import T0, Harness, declared, doc, ended, ref_of, started
+
+CFG = MappingConfig()
+FLAT = MappingConfig(job_names="flat")
+
+
+def test_start_event_shape_and_key_order() -> None:
+    (o,) = Harness().feed(started())
+    d = doc(o)
+    assert list(d) == ["eventTime", "producer", "schemaURL", "eventType", "run", "job", "inputs", "outputs"]
+    assert d["eventType"] == "START"
+    assert d["eventTime"] == "2026-01-02T03:04:05.123456Z"
+    assert d["producer"] == DEFAULT_PRODUCER
+    assert d["schemaURL"] == OPENLINEAGE_SCHEMA_URL
+    assert d["job"]["namespace"] == "acme" and d["job"]["name"] == "ingest@3"
+    assert d["inputs"] == [] and d["outputs"] == []
+    assert uuid.UUID(d["run"]["runId"]).version == 7
+    assert list(d["run"]["facets"]) == ["processing_engine", "workflow"]
+    assert o.key == b"run:acme/ingest@3"
+
+
+@pytest.mark.parametrize("status", list(RunStatus))
+def test_every_status_maps_to_its_terminal_event(status: RunStatus) -> None:
+    h = Harness()
+    start, end = h.feed(started(), ended(status=status))
+    d = doc(end)
+    assert d["eventType"] == TERMINAL_EVENT_TYPES[status.value] == end.event_type
+    assert d["eventTime"] == "2026-01-02T03:05:05.123456Z"
+    assert d["run"]["runId"] == doc(start)["run"]["runId"]
+    assert d["run"]["facets"]["workflow"]["status"] == status.value
+    assert ("errorMessage" in d["run"]["facets"]) == (d["eventType"] == "FAIL")
+
+
+def test_status_map_is_complete() -> None:
+    assert {s.value for s in RunStatus} == set(TERMINAL_EVENT_TYPES)
+    assert TERMINAL_EVENT_TYPES["completed"] == "COMPLETE"
+    assert {k for k, v in TERMINAL_EVENT_TYPES.items() if v == "ABORT"} == {"superseded", "cancelled"}
+
+
+def test_fail_carries_error_message_with_stack_trace() -> None:
+    err = RunError("división por cero", "ZeroDivisionError", "Traceback (most recent call last): ...")
+    _, end = Harness().feed(started(), ended(status=RunStatus.POISON, error=err))
+    facets = doc(end)["run"]["facets"]
+    assert facets["errorMessage"]["message"] == "división por cero"
+    assert facets["errorMessage"]["programmingLanguage"] == "PYTHON"
+    assert facets["errorMessage"]["stackTrace"].startswith("Traceback")
+    assert facets["workflow"]["errorType"] == "ZeroDivisionError"
+
+
+def test_fail_without_error_details_still_has_a_message_and_no_stack_trace() -> None:
+    _, end = Harness().feed(started(), ended(status=RunStatus.QUARANTINED))
+    em = doc(end)["run"]["facets"]["errorMessage"]
+    assert em["message"] == "workflow run ended with status quarantined"
+    assert "stackTrace" not in em
+
+
+def test_abort_carries_no_error_message_even_with_error() -> None:
+    _, end = Harness().feed(started(), ended(status=RunStatus.CANCELLED, error=RunError("user cancelled")))
+    assert "errorMessage" not in doc(end)["run"]["facets"]
+
+
+def test_datasets_accumulate_dedup_in_first_declaration_order_with_versions() -> None:
+    h = Harness()
+    outs = h.feed(
+        started(),
+        declared(offset=1, name="b", version="v1"),
+        declared(offset=2, name="a"),
+        declared(offset=3, name="b", version="v2"),  # repeat: first declaration wins
+        declared(offset=4, ns="s3://bucket", name="b"),  # same name, other namespace: distinct
+        declared(offset=5, direction=Direction.OUTPUT, name="a", version="sha256:abc"),  # both directions
+        declared(offset=6, direction=Direction.OUTPUT, name="ünïcødé/表"),
+        ended(offset=7),
+    )
+    start, end = (doc(o) for o in outs)
+    assert start["inputs"] == [] and start["outputs"] == []
+    assert [(d["namespace"], d["name"]) for d in end["inputs"]] == [
+        ("postgres://db:5432", "b"),
+        ("postgres://db:5432", "a"),
+        ("s3://bucket", "b"),
+    ]
+    assert end["inputs"][0]["facets"]["version"]["datasetVersion"] == "v1"
+    assert list(end["inputs"][1]["facets"]) == ["dataSource"]  # no version facet without a version
+    assert [d["name"] for d in end["outputs"]] == ["a", "ünïcødé/表"]
+    assert end["outputs"][0]["facets"]["version"]["datasetVersion"] == "sha256:abc"
+    assert h.steps[3].write is None and h.steps[3].replay
+
+
+def test_nominal_time_only_when_recorded() -> None:
+    (o,) = Harness().feed(started(nominal=True))
+    nominal = doc(o)["run"]["facets"]["nominalTime"]
+    assert nominal["nominalStartTime"] == "2026-01-02T03:00:00.000000Z"
+    assert nominal["nominalEndTime"] == "2026-01-02T04:00:00.000000Z"
+    (o,) = Harness().feed(started())
+    assert "nominalTime" not in doc(o)["run"]["facets"]
+
+
+def test_processing_engine_job_type_and_workflow_facets() -> None:
+    (o,) = Harness().feed(started(principal=None, supersedes="old-run"))
+    d = doc(o)
+    engine = d["run"]["facets"]["processing_engine"]
+    assert engine["name"] == "olstream" and engine["version"] == olstream.__version__
+    assert engine["openlineageAdapterVersion"] == olstream.__version__
+    jt = d["job"]["facets"]["jobType"]
+    assert (jt["processingType"], jt["integration"], jt["jobType"]) == ("BATCH", "OLSTREAM", "WORKFLOW")
+    wf = d["run"]["facets"]["workflow"]
+    assert wf["_schemaURL"] == WORKFLOW_FACET_SCHEMA_URL
+    assert wf["taskId"] == "tenant-7" and wf["workflowInstance"] == "ingest-2026-01-02"
+    assert wf["engineRunId"] == "r1" and wf["supersedes"] == "old-run"
+    assert "principal" not in wf and "status" not in wf
+
+
+def test_every_facet_has_producer_and_schema_url() -> None:
+    err = RunError("boom", None, "trace")
+    outs = Harness().feed(
+        started(nominal=True, parent=ref_of(started("p"))),
+        declared(version="1"),
+        ended(status=RunStatus.FAILED, error=err),
+    )
+    for o in outs:
+        d = doc(o)
+        facet_maps = [d["run"]["facets"], d["job"]["facets"]]
+        facet_maps += [ds.get("facets", {}) for ds in d["inputs"] + d["outputs"]]
+        for facets in facet_maps:
+            for name, facet in facets.items():
+                assert facet["_producer"] == DEFAULT_PRODUCER, name
+                assert facet["_schemaURL"].startswith("https://"), name
+
+
+def test_job_prefix_applies_to_own_parent_and_root_jobs() -> None:
+    h = Harness(MappingConfig(job_prefix="prod.", job_names="flat"))
+    root = started("root", wtype="daily", version="1")
+    child = started("c", wtype="load", version="2", instance="c", offset=1, parent=ref_of(root))
+    outs = h.feed(root, child)
+    d = doc(outs[1])
+    assert d["job"]["name"] == "prod.load@2"
+    assert d["run"]["facets"]["parent"]["job"]["name"] == "prod.daily@1"
+    assert outs[1].key == b"run:acme/prod.daily@1"
+
+
+def test_parent_and_root_from_the_childs_own_record() -> None:
+    root = started("root", wtype="daily", instance="d")
+    mid = started("mid", wtype="mid", instance="m", parent=ref_of(root), partition=3)
+    leaf = started("leaf", wtype="leaf", instance="l", parent=ref_of(mid), root=ref_of(root), partition=5)
+    h = Harness(FLAT)
+    (o,) = h.feed(leaf)  # parents not in this worker's state at all: the record suffices
+    parent = doc(o)["run"]["facets"]["parent"]
+    (mid_o,) = Harness(FLAT).feed(mid)
+    (root_o,) = Harness(FLAT).feed(root)
+    assert parent["run"]["runId"] == doc(mid_o)["run"]["runId"]
+    assert parent["job"] == {"namespace": "acme", "name": "mid@3"}
+    assert parent["root"]["run"]["runId"] == doc(root_o)["run"]["runId"]
+    assert parent["root"]["job"] == {"namespace": "acme", "name": "daily@3"}
+    assert o.key == b"run:acme/daily@3"
+    assert not h.steps[0].parent_not_visible
+
+
+def test_full_parent_without_root_uses_parent_as_root_or_the_parents_known_root() -> None:
+    root = started("root", wtype="daily", instance="d")
+    mid = started("mid", wtype="mid", instance="m", offset=1, parent=ref_of(root))
+    leaf = started("leaf", wtype="leaf", instance="l", offset=2, parent=ref_of(mid))  # no root on record
+    h = Harness(FLAT)
+    outs = h.feed(root, mid, leaf)
+    assert doc(outs[1])["run"]["facets"]["parent"]["root"]["job"]["name"] == "daily@3"
+    leaf_parent = doc(outs[2])["run"]["facets"]["parent"]
+    assert leaf_parent["job"]["name"] == "mid@3"
+    assert leaf_parent["root"]["job"]["name"] == "daily@3"  # the parent's root, from state
+    (alone,) = Harness(FLAT).feed(leaf)
+    assert doc(alone)["run"]["facets"]["parent"]["root"]["job"]["name"] == "mid@3"
+
+
+def test_partial_parent_resolved_from_state_of_the_same_log_partition() -> None:
+    parent = started("p", wtype="daily", instance="d")
+    child = started("c", wtype="load", instance="c", offset=5, parent=RunRef("p"))
+    h = Harness()
+    p_out, c_start, c_end = h.feed(parent, child, ended("c", offset=6))
+    for o in (c_start, c_end):
+        facet = doc(o)["run"]["facets"]["parent"]
+        assert facet["run"]["runId"] == doc(p_out)["run"]["runId"]
+        assert facet["root"]["run"]["runId"] == doc(p_out)["run"]["runId"]
+    assert doc(c_start)["run"]["facets"]["parent"] == doc(c_end)["run"]["facets"]["parent"]
+    assert not h.steps[1].parent_not_visible
+
+
+@pytest.mark.parametrize("where", ["absent", "other_log_partition"])
+def test_partial_parent_not_visible_emits_no_parent_edge(where: str) -> None:
+    h = Harness()
+    if where == "other_log_partition":
+        h.feed(started("p", wtype="daily", instance="d", partition=1))
+    start, end = h.feed(started("c", instance="c", parent=RunRef("p")), ended("c"))
+    assert h.steps[-2].parent_not_visible
+    for o in (start, end):
+        assert "parent" not in doc(o)["run"]["facets"]
+        assert o.key == b"run:acme/ingest@3"
+
+
+def test_parent_facet_on_every_event_of_a_child_run() -> None:
+    parent = ref_of(started("p", wtype="daily"))
+    outs = Harness(FLAT).feed(
+        started("c", parent=parent), declared("c"), ended("c", status=RunStatus.SUPERSEDED)
+    )
+    assert len(outs) == 2
+    assert doc(outs[0])["run"]["facets"]["parent"] == doc(outs[1])["run"]["facets"]["parent"]
+    assert outs[0].key == outs[1].key == b"run:acme/daily@3"
+
+
+def test_canonical_bytes_compact_utf8_and_stable() -> None:
+    h = Harness()
+    outs = h.feed(started(instance="ínstance-流"), declared(name="naïve"), ended())
+    for o in outs:
+        assert b": " not in o.value and b", " not in o.value and b"\n" not in o.value
+        assert "流".encode() in o.value or "naïve".encode() in o.value
+        assert b"\\u" not in o.value
+        assert canonical_bytes(json.loads(o.value)) == o.value
+    again = Harness().feed(started(instance="ínstance-流"), declared(name="naïve"), ended())
+    assert [o.value for o in again] == [o.value for o in outs]
+
+
+def test_replays_emit_identical_bytes() -> None:
+    h = Harness()
+    s, e = started(), ended()
+    (first_start,) = h.feed(s)
+    (replayed_start,) = h.feed(s)
+    assert replayed_start.value == first_start.value and h.steps[-1].replay and h.steps[-1].write is None
+    h.feed(declared())
+    (first_end,) = h.feed(e)
+    (replayed_end,) = h.feed(e)
+    assert replayed_end.value == first_end.value and h.steps[-1].replay
+    assert h.feed(declared()) == []  # a replayed declaration changes nothing
+
+
+def test_replayed_start_of_an_ended_run_is_not_resent() -> None:
+    h = Harness()
+    h.feed(started(), ended())
+    assert h.feed(started()) == []
+    assert h.steps[-1].replay
+
+
+def test_state_independent_of_time_of_processing_and_worker() -> None:
+    records = [
+        started(),
+        declared(version="x"),
+        ended(status=RunStatus.RETRIES_EXHAUSTED, error=RunError("e")),
+    ]
+    assert [o.value for o in Harness().feed(*records)] == [o.value for o in Harness().feed(*records)]
+
+
+@pytest.mark.parametrize(
+    ("records", "reason"),
+    [
+        ([declared("ghost")], "unknown_run"),
+        ([ended("ghost")], "unknown_run"),
+        (
+            [started(), ended(status=RunStatus.COMPLETED), ended(status=RunStatus.FAILED, offset=10)],
+            "conflicting_end",
+        ),
+        ([started(), ended(), declared(offset=20, name="late")], "declaration_after_end"),
+        ([started(), started(offset=3)], "duplicate_start"),
+    ],
+)
+def test_bad_input_raises_with_reason_and_position(records: list[Record], reason: str) -> None:
+    h = Harness()
+    h.feed(*records[:-1])
+    with pytest.raises(StreamInputError) as info:
+        h.feed(records[-1])
+    assert info.value.reason == reason
+    assert info.value.offset == records[-1].offset
+    assert f"offset {records[-1].offset}" in str(info.value)
+
+
+def test_event_time_from_the_record_not_the_clock() -> None:
+    late = T0 + timedelta(days=400, microseconds=1)
+    _, end = Harness().feed(started(), ended(at=late))
+    assert doc(end)["eventTime"] == "2027-02-06T03:04:05.123457Z"
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CFG,
+        MappingConfig(
+            producer='p"\\é\u2028😀', job_prefix="x/é", integration="I\n", programming_language="py\x00"
+        ),
+    ],
+)
+def test_written_bytes_equal_json_dumps_of_the_reference_document(cfg: MappingConfig) -> None:
+    from dataclasses import replace
+
+    from olstream.streams.mapping import build_event, start_event, terminal_event
+    from olstream.streams.state import DatasetRef
+
+    odd = '"\\\n\t\x01é\u2028</😀'
+    root = ref_of(started("root", wtype="daily"))
+    parent = ref_of(started("p", wtype="hourly", parent=root, root=root))
+    h = Harness(cfg)
+    h.feed(
+        started("a", nominal=True, principal=None),
+        declared("a", name="in1", version="v1"),
+        declared("a", name="out1", direction=Direction.OUTPUT),
+        ended("a", status=RunStatus.FAILED, error=RunError(message="", type="E", stack_trace="tb")),
+        started("b", parent=parent, root=root, supersedes="a"),
+        ended("b", status=RunStatus.CANCELLED),
+        started("c", parent=parent),
+        ended("c"),
+    )
+    states = list(h.table.values())
+    variants = [*states]
+    for s in states:
+        variants.append(
+            replace(
+                s,
+                principal=odd,
+                task_id=odd,
+                nominal_start_time=odd,
+                nominal_end_time=None,
+                inputs=(*s.inputs, DatasetRef(odd, odd, odd), DatasetRef("n", odd)),
+                inputs_at_start=1,
+            )
+        )
+        if s.end is not None:
+            variants.append(replace(s, end=replace(s.end, status="poison", error_message="", error_type=odd)))
+    for s in variants:
+        assert start_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=False))
+        if s.end is not None:
+            assert terminal_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=True))

@@ -1,0 +1,105 @@
+"""The Marquez-rules receiver reproduces what a real Marquez 0.51 did with olstream's events."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from olstream.streams.mapping import MappingConfig
+from tests.support.marquez_rules import JETTY_400, MarquezRules, misplaced_runs, run_uuid
+from tests.support.receiver import Request
+from tests.support.stream_records import Harness, chain, declared, ended
+
+
+def post(rules: MarquezRules, *events: dict[str, Any] | bytes) -> list[int]:
+    statuses = []
+    for e in events:
+        body = e if isinstance(e, bytes) else json.dumps(e).encode()
+        statuses.append(rules(Request("POST", "/api/v1/lineage", {}, body, time.monotonic(), None), 0).status)
+    return statuses
+
+
+def depth_4_tree(cfg: MappingConfig) -> list[dict[str, Any]]:
+    """START and COMPLETE of a 5-run chain (depth 0..4), in pipeline order (parents first)."""
+    runs = chain(5)
+    records: list[Any] = []
+    for i, r in enumerate(runs):
+        records += [r, declared(r.engine_run_id, offset=100 + i, partition=r.partition)]
+    records += [ended(r.engine_run_id, offset=200 + i, partition=r.partition) for i, r in enumerate(runs)]
+    return [json.loads(o.value) for o in Harness(cfg).feed(*records)]
+
+
+def children_first(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Deepest runs first, each run's events in their own order."""
+    return sorted(events, key=lambda e: -e["job"]["name"].count("@"))
+
+
+def test_flat_names_put_runs_at_depth_2_and_more_on_phantom_jobs() -> None:
+    events = depth_4_tree(MappingConfig(job_names="flat"))
+    rules = MarquezRules()
+    assert set(post(rules, *events)) == {201}
+    problems = misplaced_runs(rules.snapshot(), events)
+    assert any("Assuming Run UUID conflict" in p for p in problems), problems
+    assert any(p.startswith("phantom job") for p in problems), problems
+
+
+def test_hierarchical_names_put_every_run_on_its_job_in_any_order() -> None:
+    events = depth_4_tree(MappingConfig())
+    for order in (events, children_first(events)):
+        rules = MarquezRules()
+        assert set(post(rules, *order)) == {201}
+        model = rules.snapshot()
+        assert misplaced_runs(model, events) == []
+        deepest = next(j for j in model.jobs.values() if j.name.count(".") == 4)
+        assert deepest.simple_name == "t4@4" and deepest.parent == ("acme", "t0@0.t1@1.t2@2.t3@3")
+    assert children_first(events)[0]["job"]["name"].endswith("t4@4")  # the order is really reversed
+
+
+def test_a_start_after_the_terminal_event_reopens_the_run() -> None:
+    events = depth_4_tree(MappingConfig())
+    start = next(e for e in events if e["eventType"] == "START")
+    rules = MarquezRules()
+    post(rules, *events, start)
+    assert any("is RUNNING" in p for p in misplaced_runs(rules.snapshot(), events))
+
+
+def test_a_dataset_namespace_marquez_refuses_is_a_400_with_an_html_page() -> None:
+    (event, *_) = depth_4_tree(MappingConfig())
+    bad = json.loads(json.dumps(event))
+    bad["inputs"] = [{"namespace": "s3://données-brutes", "name": "clients/日本.json"}]
+    rules = MarquezRules()
+    assert post(rules, bad) == [400]
+    model = rules.snapshot()
+    assert model.rejections[0].reason.startswith("IllegalArgumentException") and model.runs == {}
+    assert JETTY_400.startswith(b"<html>")
+
+
+def test_required_fields_and_facet_fields_are_422() -> None:
+    (event, *_) = depth_4_tree(MappingConfig())
+    no_job_type = json.loads(json.dumps(event))
+    del no_job_type["job"]["facets"]["jobType"]["jobType"]
+    no_producer = json.loads(json.dumps(event))
+    del no_producer["run"]["facets"]["processing_engine"]  # unknown facets are not checked
+    no_producer["job"]["facets"]["jobType"].pop("_producer")
+    no_run_id = json.loads(json.dumps(event))
+    no_run_id["run"]["runId"] = None
+    assert post(MarquezRules(), no_job_type, no_producer, no_run_id, b"{not json") == [422, 422, 422, 400]
+
+
+def test_datasets_get_the_data_source_facets_name_else_default() -> None:
+    events = depth_4_tree(MappingConfig())
+    rules = MarquezRules()
+    post(rules, *events)
+    datasets = rules.snapshot().datasets
+    assert datasets and all(source == ns for (ns, _name), source in datasets.items())
+    bare = json.loads(json.dumps(events[-1]))
+    for ds in bare["inputs"]:
+        ds.pop("facets")
+    rules = MarquezRules()
+    post(rules, bare)
+    assert set(rules.snapshot().datasets.values()) == {"default"}
+
+
+def test_run_ids_that_are_not_uuids_map_like_java_name_uuid_from_bytes() -> None:
+    assert run_uuid("abc") == "90015098-3cd2-3fb0-9696-3f7d28e17f72"  # UUID.nameUUIDFromBytes("abc")
