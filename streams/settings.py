@@ -1,32 +1,131 @@
-"""The worker's settings: one frozen value built once from flags and ``OLSTREAM_*`` env."""
+"""The worker's settings: declared once (`WORKER_SETTINGS`), resolved by the shared resolver."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from olstream.streams.mapping import MappingConfig
+from olstream.contract import topics
+from olstream.shared.config import (
+    BOOTSTRAP,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    METRICS_PORT,
+    Resolved,
+    Setting,
+    at_least,
+    defaults,
+    field_default,
+    positive,
+    resolve,
+)
+from olstream.shared.errors import ConfigError
+from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
 
-DEFAULT_INPUT_TOPIC = "olstream.eventlog"
-DEFAULT_OUTPUT_TOPIC = "openlineage.events"
-DEFAULT_ERRORS_TOPIC = "olstream.stream.errors"
+
+def _mapping(name: str) -> Any:
+    return field_default(MappingConfig, name)
+
+
+WORKER_SETTINGS = (
+    BOOTSTRAP,
+    Setting("app_id", "olstream-stream", "faust app id = the consumer group of every replica"),
+    Setting("data_dir", "./olstream-data", "RocksDB table directory"),
+    Setting("input_topic", topics.EVENTLOG, "records topic to read"),
+    Setting("output_topic", topics.RUN_EVENTS, "topic of the RunEvents (JSON)"),
+    Setting("errors_topic", topics.STREAM_ERRORS, "topic of records that cannot be mapped"),
+    Setting(
+        "partitions",
+        topics.PARTITIONS,
+        "partitions of an input topic it creates",
+        parse=int,
+        check=at_least(1),
+    ),
+    Setting("until_idle", False, "exit 0 once the input is consumed to its end", switch=True, env=""),
+    Setting(
+        "retention",
+        DEFAULT_RETENTION_MS / 1000,
+        "seconds of record time finished runs are kept",
+        parse=float,
+        env="OLSTREAM_RETENTION_SECONDS",
+        check=at_least(0),
+    ),
+    Setting("job_prefix", _mapping("job_prefix"), "prefix before every job name (once, at the front)"),
+    Setting(
+        "job_names",
+        _mapping("job_names"),
+        "hierarchical: a child's job is its parent's job name + '.' + its own; "
+        "flat: {workflowType}@{version} alone",
+        choices=JOB_NAMES,
+    ),
+    Setting("producer", _mapping("producer"), "the RunEvents' producer URL"),
+    Setting("integration", _mapping("integration"), "jobType facet integration"),
+    Setting("programming_language", _mapping("programming_language"), "errorMessage facet language"),
+    Setting("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),
+    Setting("batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=positive),
+    Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
+    METRICS_PORT,
+    LOG_FORMAT,
+    LOG_LEVEL,
+)
+_D = defaults(WORKER_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    bootstrap: str = "127.0.0.1:9092"
-    app_id: str = "olstream-stream"
-    data_dir: str = "./olstream-data"
-    input_topic: str = DEFAULT_INPUT_TOPIC
-    output_topic: str = DEFAULT_OUTPUT_TOPIC
-    errors_topic: str = DEFAULT_ERRORS_TOPIC
-    default_partitions: int = 6
-    until_idle: bool = False
+    bootstrap: str = _D["bootstrap"]
+    app_id: str = _D["app_id"]
+    data_dir: str = _D["data_dir"]
+    input_topic: str = _D["input_topic"]
+    output_topic: str = _D["output_topic"]
+    errors_topic: str = _D["errors_topic"]
+    default_partitions: int = _D["partitions"]
+    until_idle: bool = _D["until_idle"]
     idle_check_interval: float = 0.5
-    batch_size: int = 5000
-    batch_within: float = 0.25
+    batch_size: int = _D["batch_size"]
+    batch_within: float = _D["batch_seconds"]
     state_cache_size: int = 20_000
     retention_ms: int = DEFAULT_RETENTION_MS
-    metrics_port: int = 0
-    session_timeout: float = 10.0
+    metrics_port: int = _D["metrics_port"]
+    session_timeout: float = _D["session_timeout"]
     mapping: MappingConfig = field(default_factory=MappingConfig)
+    log_format: str = _D["log_format"]
+    log_level: str = _D["log_level"]
+
+
+def resolve_worker_settings(
+    flags: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[WorkerSettings, Resolved]:
+    """The command's one settings value, from flags, then the environment, then the file, then defaults."""
+    r = resolve("worker", WORKER_SETTINGS, flags, environ)
+    try:
+        mapping = MappingConfig(
+            producer=r["producer"],
+            job_prefix=r["job_prefix"],
+            job_names=r["job_names"],
+            integration=r["integration"],
+            programming_language=r["programming_language"],
+        )
+    except ValueError as e:
+        raise ConfigError(f"invalid worker setting: {e}") from e
+    settings = WorkerSettings(
+        bootstrap=r["bootstrap"],
+        app_id=r["app_id"],
+        data_dir=r["data_dir"],
+        input_topic=r["input_topic"],
+        output_topic=r["output_topic"],
+        errors_topic=r["errors_topic"],
+        default_partitions=r["partitions"],
+        until_idle=r["until_idle"],
+        retention_ms=int(r["retention"] * 1000),
+        batch_size=r["batch_size"],
+        metrics_port=r["metrics_port"],
+        batch_within=r["batch_seconds"],
+        session_timeout=r["session_timeout"],
+        mapping=mapping,
+        log_format=r["log_format"],
+        log_level=r["log_level"],
+    )
+    return settings, r

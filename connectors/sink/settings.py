@@ -1,9 +1,10 @@
 """Sink settings: flags win over the environment, the environment over `openlineage.yml`.
 
-Environment: OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT, OPENLINEAGE_API_KEY, OPENLINEAGE_CONFIG (names
-the YAML file; else `./openlineage.yml`, else `~/.openlineage/openlineage.yml`), OLSTREAM_BOOTSTRAP,
-OLSTREAM_SINK_TOPIC, OLSTREAM_SINK_GROUP. The YAML file's `transport` section is the one
-openlineage-python reads (types http, file, console).
+The destination comes from OpenLineage's own settings: OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT,
+OPENLINEAGE_API_KEY, OPENLINEAGE_CONFIG (names the YAML file; else `./openlineage.yml`, else
+`~/.openlineage/openlineage.yml`), whose `transport` section is the one openlineage-python reads
+(types http, file, console). Everything else is declared in `SINK_SETTINGS` and resolved by the
+shared resolver (`olstream.shared.config`): flags > OLSTREAM_* > the --config file > defaults.
 """
 
 from __future__ import annotations
@@ -17,6 +18,19 @@ from typing import Any
 
 import yaml
 
+from olstream.contract import topics
+from olstream.shared.config import (
+    BOOTSTRAP,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    METRICS_PORT,
+    FileLayer,
+    Setting,
+    at_least,
+    defaults,
+    positive,
+    resolve,
+)
 from olstream.shared.errors import ConfigError
 from olstream.shared.logs import REDACTED, register_secret
 
@@ -26,30 +40,73 @@ DEFAULT_ENDPOINT = "api/v1/lineage"
 TRANSPORT_TYPES = ("http", "file", "console")
 
 
+SINK_SETTINGS = (
+    BOOTSTRAP,
+    Setting("topic", topics.RUN_EVENTS, "topic of RunEvents to deliver", env="OLSTREAM_SINK_TOPIC"),
+    Setting("group", "olstream-sink", "consumer group", env="OLSTREAM_SINK_GROUP"),
+    Setting(
+        "instance_id",
+        None,
+        "static group membership id: a restarted sink takes over at once",
+        env="OLSTREAM_SINK_INSTANCE_ID",
+    ),
+    Setting("concurrency", 16, "requests in flight at most", parse=int, env="", check=at_least(1)),
+    Setting(
+        "batch_size", 0, "POST up to N events to {url}/batch (0: off)", parse=int, env="", check=at_least(0)
+    ),
+    Setting("connect_timeout", 5.0, "seconds to connect", parse=float, env="", check=positive),
+    Setting(
+        "timeout",
+        15.0,
+        "seconds per request (also openlineage.yml transport.timeout)",
+        parse=float,
+        env="",
+        check=positive,
+    ),
+    Setting("max_backoff", 300.0, "longest backoff wait, s", parse=float, env=""),
+    Setting(
+        "max_buffered", 5000, "events held in memory before pausing", parse=int, env="", check=at_least(1)
+    ),
+    Setting("commit_interval", 1.0, "seconds between offset commits", parse=float, env="", check=positive),
+    Setting("dlq_topic", topics.SINK_DLQ, "dead-letter topic", env="OLSTREAM_SINK_DLQ_TOPIC"),
+    Setting("dry_run", False, "print what would be sent; send nothing", switch=True, env=""),
+    Setting("until_idle", False, "exit 0 once all is delivered", switch=True, env=""),
+    METRICS_PORT,
+    LOG_FORMAT,
+    LOG_LEVEL,
+)
+"""The sink's own settings. Where events go (the transport) comes from OpenLineage's settings:
+the destination flags, OPENLINEAGE_* variables and openlineage.yml (`build_settings`)."""
+_D = defaults(SINK_SETTINGS)
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """Everything `olstream sink` needs, built once in main()."""
 
-    bootstrap: str = "127.0.0.1:9092"
-    topic: str = "openlineage.events"
-    group: str = "olstream-sink"
+    bootstrap: str = _D["bootstrap"]
+    topic: str = _D["topic"]
+    group: str = _D["group"]
     transport: str = "http"  # http | file | console
     url: str | None = None  # the full URL events are POSTed to (suffix rule applied)
     api_key: str | None = field(default=None, repr=False)
     file_path: str | None = None
     ca_file: str | None = None
-    connect_timeout: float = 5.0
-    total_timeout: float = 15.0
-    concurrency: int = 16
-    batch_size: int = 0  # > 1: POST up to this many events to {url}/batch (the spec's batch endpoint)
-    max_buffered: int = 5000
+    connect_timeout: float = _D["connect_timeout"]
+    total_timeout: float = _D["timeout"]
+    concurrency: int = _D["concurrency"]
+    batch_size: int = _D["batch_size"]  # > 1: POST up to this many events to {url}/batch (the spec's)
+    max_buffered: int = _D["max_buffered"]
     backoff_initial: float = 0.5
-    backoff_max: float = 300.0
-    commit_interval: float = 1.0
-    dlq_topic: str = "openlineage.events.dlq"
-    dry_run: bool = False
-    until_idle: bool = False
-    metrics_port: int = 0
+    backoff_max: float = _D["max_backoff"]
+    commit_interval: float = _D["commit_interval"]
+    dlq_topic: str = _D["dlq_topic"]
+    dry_run: bool = _D["dry_run"]
+    until_idle: bool = _D["until_idle"]
+    metrics_port: int = _D["metrics_port"]
+    instance_id: str | None = None
+    log_format: str = _D["log_format"]
+    log_level: str = _D["log_level"]
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where it came from)
 
     def describe(self) -> dict[str, Any]:
@@ -201,43 +258,37 @@ def build_settings(
             raise ConfigError("the file transport needs a path (--file or transport.log_file_path)")
     register_secret(api_key)
 
-    timeout = pick("total_timeout", flags.get("timeout"), None, yml_http.get("timeout"))
-    defaults = SinkSettings()
+    yml_timeout = yml_http.get("timeout")
+    files = (FileLayer({"timeout": yml_timeout}, f"file {cfg_path}"),) if yml_timeout is not None else ()
+    r = resolve("sink", SINK_SETTINGS, flags, env, files)
+    sources.update({k: v for k, v in r.origins.items() if k not in sources})
     settings = SinkSettings(
-        bootstrap=str(
-            pick("bootstrap", flags.get("bootstrap"), "OLSTREAM_BOOTSTRAP", None) or defaults.bootstrap
-        ),
-        topic=str(pick("topic", flags.get("topic"), "OLSTREAM_SINK_TOPIC", None) or defaults.topic),
-        group=str(pick("group", flags.get("group"), "OLSTREAM_SINK_GROUP", None) or defaults.group),
+        bootstrap=r["bootstrap"],
+        topic=r["topic"],
+        group=r["group"],
         transport=transport,
         url=url,
         api_key=str(api_key) if api_key else None,
         file_path=str(file_path) if file_path else None,
         ca_file=str(ca_file) if ca_file else None,
-        connect_timeout=_number(flags.get("connect_timeout"), defaults.connect_timeout),
-        total_timeout=_number(timeout, defaults.total_timeout),
-        concurrency=int(_number(flags.get("concurrency"), defaults.concurrency)),
-        max_buffered=int(_number(flags.get("max_buffered"), defaults.max_buffered)),
-        batch_size=int(_number(flags.get("batch_size"), defaults.batch_size)),
-        backoff_max=_number(flags.get("max_backoff"), defaults.backoff_max),
-        commit_interval=_number(flags.get("commit_interval"), defaults.commit_interval),
-        dlq_topic=str(flags.get("dlq_topic") or defaults.dlq_topic),
-        dry_run=bool(flags.get("dry_run")),
-        until_idle=bool(flags.get("until_idle")),
-        metrics_port=int(flags.get("metrics_port") or 0),
+        connect_timeout=r["connect_timeout"],
+        total_timeout=r["timeout"],
+        concurrency=r["concurrency"],
+        max_buffered=r["max_buffered"],
+        batch_size=r["batch_size"],
+        backoff_max=r["max_backoff"],
+        commit_interval=r["commit_interval"],
+        dlq_topic=r["dlq_topic"],
+        dry_run=r["dry_run"],
+        until_idle=r["until_idle"],
+        metrics_port=r["metrics_port"],
+        instance_id=r["instance_id"],
+        log_format=r["log_format"],
+        log_level=r["log_level"],
         sources=tuple(sorted(sources.items())),
     )
     _check(settings)
     return settings
-
-
-def _number(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        return float(value)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"expected a number, got {value!r}") from e
 
 
 def _check(s: SinkSettings) -> None:

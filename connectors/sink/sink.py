@@ -27,7 +27,9 @@ from olstream.connectors.sink.delivery import (
 )
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.transports import HttpTransport, SinkTransport
+from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.idle import consumed_to_end
 from olstream.shared.metrics import set_health
 
 log = logging.getLogger(__name__)
@@ -256,11 +258,10 @@ class Sink:
     def _dead_letter(self, event: PendingEvent, result: DeliveryResult) -> None:
         assert self.dlq is not None
         headers: list[tuple[str, str | bytes | None]] = [
-            ("olstream.status", str(result.status if result.status is not None else "")),
-            ("olstream.response", result.detail.encode("utf-8")[:1024]),
-            ("olstream.source.topic", event.topic),
-            ("olstream.source.partition", str(event.partition)),
-            ("olstream.source.offset", str(event.offset)),
+            (deadletter.ERROR, deadletter.REJECTED),
+            (deadletter.HTTP_STATUS, str(result.status if result.status is not None else "")),
+            (deadletter.HTTP_RESPONSE, result.detail.encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
+            *deadletter.origin_headers(event.topic, event.partition, event.offset),
         ]
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
@@ -323,15 +324,15 @@ class Sink:
             return False
         if any(t.committable() is not None for t in self.trackers.values()):
             return False
+        bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        positions: dict[tuple[str, int], int | None] = {}
         for tp in list(self.trackers):
-            low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
+            bounds[tp] = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
             position = self.positions.get(tp)
             if position is None:
-                committed = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
-                position = committed if committed >= 0 else low
-            if position < high:
-                return False
-        return True
+                position = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
+            positions[tp] = position
+        return consumed_to_end(bounds, positions)
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> int:

@@ -25,9 +25,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter, Gauge
 
-from olstream.connectors.source.resume import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.connectors.source.rowcheck import Headers, RowChecker
+from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.eventlog.store import StoredRow
+from olstream.shared import kafka_clients
 from olstream.shared.errors import DeliveryError
 from olstream.shared.metrics import set_health
 
@@ -54,16 +55,12 @@ PUBLISHED_OFFSET = Gauge(
     ["partition"],
 )
 
+
 def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str, Any]:
     """librdkafka settings: idempotent, ordered, waiting for a lost broker instead of failing."""
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "batch.num.messages": 10000,
-        "queue.buffering.max.messages": 200000,
-    }
+    config = kafka_clients.producer_config(
+        bootstrap, {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000}
+    )
     if transactional_id is None:
         # Retry forever: a broker that goes away delays delivery, it never fails it.
         config["message.timeout.ms"] = 0

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_clients import consumer_config
 
 log = logging.getLogger(__name__)
 
-HEADER_PARTITION = "olstream.partition"
-HEADER_OFFSET = "olstream.offset"
 FIRST_WINDOW = 500
 _NOT_READY = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -38,11 +38,6 @@ _NOT_READY = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,
 }
-
-
-def message_key(log_partition: int) -> bytes:
-    """The Kafka key of a log partition's messages: its id in ASCII decimal."""
-    return str(log_partition).encode("ascii")
 
 
 def expected_kafka_partition(log_partition: int, kafka_partitions: int) -> int:
@@ -90,16 +85,17 @@ class PositionScanner:
 
     def __init__(self, bootstrap: str, *, read_committed: bool, timeout: float = 30.0) -> None:
         self._timeout = timeout
+        # Only assign() is used: the group is never joined and nothing is committed.
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                # Only assign() is used: the group is never joined and nothing is committed.
-                "group.id": f"olstream-source-resume-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-                "fetch.wait.max.ms": 50,
-            }
+            consumer_config(
+                bootstrap,
+                f"olstream-source-resume-{uuid.uuid4().hex}",
+                {
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+                    "fetch.wait.max.ms": 50,
+                },
+            )
         )
 
     def close(self) -> None:

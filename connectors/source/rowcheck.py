@@ -1,8 +1,7 @@
 """Decides whether a stored row decodes, and builds the headers of its Kafka message.
 
-Headers of the records topic: ``olstream.partition``, ``olstream.offset`` (ASCII decimal),
-``olstream.type`` (record name), ``olstream.fingerprint`` (16 hex chars of the writer-schema
-fingerprint); the errors topic adds ``olstream.error`` with the reason.
+Headers of the records topic: `olstream.contract.wire`; the errors topic adds
+`olstream.shared.deadletter.ERROR` with the reason.
 """
 
 from __future__ import annotations
@@ -15,13 +14,10 @@ import fastavro
 from fastavro.schema import parse_schema
 
 from olstream.connectors.source.avro_check import BodyCheck, UnsupportedSchema, compile_body_check
-from olstream.connectors.source.resume import HEADER_OFFSET, HEADER_PARTITION
 from olstream.contract import codec
+from olstream.contract.wire import HEADER_FINGERPRINT, HEADER_OFFSET, HEADER_PARTITION, HEADER_TYPE
 from olstream.eventlog.store import StoredRow
-
-HEADER_TYPE = "olstream.type"
-HEADER_FINGERPRINT = "olstream.fingerprint"
-HEADER_ERROR = "olstream.error"
+from olstream.shared import deadletter
 
 Headers = list[tuple[str, str | bytes | None]]
 
@@ -188,5 +184,5 @@ class RowChecker:
             if known is not None:
                 headers.append((HEADER_TYPE, known.record_name))
             headers.append((HEADER_FINGERPRINT, data[2 : codec.HEADER_LEN].hex().encode()))
-        headers.append((HEADER_ERROR, reason.encode("utf-8", "replace")))
+        headers.append((deadletter.ERROR, reason.encode("utf-8", "replace")))
         return headers

@@ -31,8 +31,10 @@ from olstream.connectors.source.resume import read_resume_positions
 from olstream.connectors.source.tailer import Gap, LogTailer
 from olstream.eventlog.store import EventLogStore
 from olstream.eventlog.stores import open_store
-from olstream.shared.errors import ConfigError, DeliveryError, InfrastructureError
+from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
+from olstream.shared.idle import QuietPeriod
 from olstream.shared.kafka_admin import ensure_topic
+from olstream.shared.kafka_clients import client_config
 from olstream.shared.metrics import set_health
 
 if TYPE_CHECKING:
@@ -50,13 +52,12 @@ def _not_the_gapless_warning(record: logging.LogRecord) -> bool:
 _LIBRDKAFKA_LOG.addFilter(_not_the_gapless_warning)
 
 STORE_ERRORS = (sqlite3.Error, psycopg.Error, OSError)  # what a store raises when its database fails
-EXIT_OK, EXIT_FAILED, EXIT_UNAVAILABLE = 0, 1, 2
 CHECKPOINT_INTERVAL = 5.0  # s between checkpoints to the offsets topic without transactions
 
 
 def check_broker(settings: SourceSettings) -> None:
     """Fail with InfrastructureError when no broker answers within the connect timeout."""
-    config: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, "logger": _LIBRDKAFKA_LOG}
+    config = client_config(settings.bootstrap, {"logger": _LIBRDKAFKA_LOG})
     admin = AdminClient(config)
     try:
         admin.list_topics(timeout=settings.connect_timeout)
@@ -172,7 +173,7 @@ class _SourceLoop:
 
     def run(self) -> int:
         s = self._s
-        last_activity = time.monotonic()
+        quiet = QuietPeriod(s.idle_seconds, time.monotonic())
         next_metrics = 0.0
         next_checkpoint = time.monotonic() + CHECKPOINT_INTERVAL
         busy_since: float | None = None  # first rows read
@@ -188,7 +189,7 @@ class _SourceLoop:
                 break
             now = time.monotonic()
             if rows:
-                last_activity = now
+                quiet.note_activity(now)
                 busy_since = now if busy_since is None else busy_since
                 caught_up_at = None
                 if s.exactly_once and not self._in_txn:
@@ -207,7 +208,7 @@ class _SourceLoop:
                 idle = (
                     not self._tailer.holding_gap
                     and self.publisher.in_flight == 0
-                    and now - last_activity >= s.idle_seconds
+                    and quiet.over(now)
                 )
                 if s.until_idle and idle:
                     log.info("caught up and idle for %.1f s: done", s.idle_seconds)
@@ -236,7 +237,7 @@ class _SourceLoop:
             self.publisher.errors,
             s.errors_topic,
         )
-        return EXIT_FAILED if failed else EXIT_OK
+        return ExitCode.FAILED if failed else ExitCode.OK
 
     def _finish(self) -> None:
         if self._in_txn:

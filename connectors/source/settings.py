@@ -1,38 +1,133 @@
-"""The source connector's settings value."""
+"""The source connector's settings: declared once (`SOURCE_SETTINGS`), resolved by the shared resolver."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from olstream.connectors.source.tailer import TailerSettings
+from olstream.contract import topics
+from olstream.eventlog.settings import LOG_URL
+from olstream.shared.config import (
+    BOOTSTRAP,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    METRICS_PORT,
+    Resolved,
+    Setting,
+    at_least,
+    defaults,
+    field_default,
+    resolve,
+)
+from olstream.shared.errors import ConfigError
 
-DEFAULT_TOPIC = "olstream.eventlog"
+SOURCE_SETTINGS = (
+    LOG_URL,
+    BOOTSTRAP,
+    Setting("topic", topics.EVENTLOG, "records topic", env="OLSTREAM_SOURCE_TOPIC"),
+    Setting(
+        "errors_topic",
+        None,
+        "topic for rows that do not decode [<topic>.errors]",
+        env="OLSTREAM_SOURCE_ERRORS_TOPIC",
+    ),
+    Setting(
+        "partitions",
+        topics.PARTITIONS,
+        "partitions of a topic it creates",
+        parse=int,
+        env="OLSTREAM_SOURCE_PARTITIONS",
+        check=at_least(1),
+    ),
+    Setting("until_idle", False, "exit 0 once caught up and quiet for --idle-seconds", switch=True, env=""),
+    Setting("idle_seconds", 2.0, "quiet period for --until-idle, s", parse=float, env="", check=at_least(0)),
+    Setting(
+        "exactly_once",
+        False,
+        "transactional producer: each record once for read_committed consumers",
+        switch=True,
+        env="OLSTREAM_SOURCE_EXACTLY_ONCE",
+    ),
+    Setting(
+        "connect_timeout",
+        15.0,
+        "how long to wait for Kafka at start, s",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "batch_size",
+        field_default(TailerSettings, "batch_size"),
+        "rows read per partition per round",
+        parse=int,
+        env="OLSTREAM_SOURCE_BATCH_SIZE",
+        check=at_least(1),
+    ),
+    Setting(
+        "max_wait",
+        field_default(TailerSettings, "max_wait"),
+        "longest pause between polls of an idle log, s",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "gap_grace",
+        field_default(TailerSettings, "gap_grace"),
+        "how long a missing offset may stay missing, s",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "transaction_interval",
+        0.1,
+        "--exactly-once: commit a transaction every N s",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "check",
+        "full",
+        "full: decode every body under its writer schema; header: magic, fingerprint, position",
+        choices=("full", "header"),
+        env="OLSTREAM_SOURCE_CHECK",
+    ),
+    METRICS_PORT,
+    LOG_FORMAT,
+    LOG_LEVEL,
+)
+_D = defaults(SOURCE_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True)
 class SourceSettings:
     log_url: str
-    bootstrap: str = "127.0.0.1:9092"
-    topic: str = DEFAULT_TOPIC
-    errors_topic: str = DEFAULT_TOPIC + ".errors"
-    partitions: int = 6
-    until_idle: bool = False
-    idle_seconds: float = 2.0
-    exactly_once: bool = False
-    connect_timeout: float = 15.0
-    transaction_interval: float = 0.1
-    check_bodies: bool = True
+    bootstrap: str = _D["bootstrap"]
+    topic: str = _D["topic"]
+    errors_topic: str = topics.errors_topic_of(_D["topic"])
+    partitions: int = _D["partitions"]
+    until_idle: bool = _D["until_idle"]
+    idle_seconds: float = _D["idle_seconds"]
+    exactly_once: bool = _D["exactly_once"]
+    connect_timeout: float = _D["connect_timeout"]
+    transaction_interval: float = _D["transaction_interval"]
+    check_bodies: bool = _D["check"] == "full"
     tailer: TailerSettings = field(default_factory=TailerSettings)
-    metrics_port: int = 0
-    log_format: str = "text"
-    log_level: str = "INFO"
+    metrics_port: int = _D["metrics_port"]
+    log_format: str = _D["log_format"]
+    log_level: str = _D["log_level"]
 
     @property
     def offsets_topic(self) -> str:
         """The compacted topic of checkpoints (a lower bound of the position per log partition)."""
-        return f"{self.topic}.offsets"
+        return topics.offsets_topic_of(self.topic)
 
     @property
     def transactional_id(self) -> str:
@@ -41,3 +136,30 @@ class SourceSettings:
         where = f"{parts.scheme}://{parts.hostname or ''}:{parts.port or ''}{parts.path}"
         digest = hashlib.sha256(f"{self.topic}|{where}".encode()).hexdigest()[:16]
         return f"olstream-source-{self.topic}-{digest}"
+
+
+def resolve_source_settings(
+    flags: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[SourceSettings, Resolved]:
+    """The command's one settings value, from flags, then the environment, then the file, then defaults."""
+    r = resolve("source", SOURCE_SETTINGS, flags, environ)
+    if not r["log_url"]:
+        raise ConfigError("no event log: pass --log URL or set OLSTREAM_LOG_URL")
+    settings = SourceSettings(
+        log_url=r["log_url"],
+        bootstrap=r["bootstrap"],
+        topic=r["topic"],
+        errors_topic=r["errors_topic"] or topics.errors_topic_of(r["topic"]),
+        partitions=r["partitions"],
+        until_idle=r["until_idle"],
+        idle_seconds=r["idle_seconds"],
+        exactly_once=r["exactly_once"],
+        connect_timeout=r["connect_timeout"],
+        transaction_interval=r["transaction_interval"],
+        check_bodies=r["check"] == "full",
+        tailer=TailerSettings(batch_size=r["batch_size"], max_wait=r["max_wait"], gap_grace=r["gap_grace"]),
+        metrics_port=r["metrics_port"],
+        log_format=r["log_format"],
+        log_level=r["log_level"],
+    )
+    return settings, r

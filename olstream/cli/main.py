@@ -7,6 +7,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from olstream.shared.errors import ConfigError, ExitCode
+from olstream.shared.logs import redact
+
 # Each module defines `register(subparsers) -> None`, adding its subcommand(s) with
 # `set_defaults(func=...)`, where func(args) -> int is the subcommand's main().
 COMMAND_MODULES = (
@@ -37,11 +40,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
-        return 2
+        return ExitCode.CONFIG
     try:
         rc = func(args)
+    except ConfigError as e:
+        # an invalid setting is one line on stderr and exit 2, never a traceback
+        sys.stderr.write(f"olstream {args.command}: {' '.join(redact(str(e)).split())}\n")
+        return ExitCode.CONFIG
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     return int(rc or 0)
 
 

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from olstream.contract.topics import EVENTLOG, RUN_EVENTS, SINK_DLQ
 from olstream.infra.demo_support import (
     Children,
     FileFollower,
@@ -93,19 +94,13 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 def topics_for(own_broker: bool, tag: str) -> Topics:
     """Default names on a broker the demo owns; unique names on a shared one (replays stay apart)."""
     if own_broker:
-        return Topics(
-            "olstream.eventlog",
-            "openlineage.events",
-            "olstream-sink",
-            "olstream-worker",
-            "openlineage.events.dlq",
-        )
+        return Topics(EVENTLOG, RUN_EVENTS, "olstream-sink", "olstream-worker", SINK_DLQ)
     return Topics(
-        f"olstream.eventlog.demo-{tag}",
-        f"openlineage.events.demo-{tag}",
+        f"{EVENTLOG}.demo-{tag}",
+        f"{RUN_EVENTS}.demo-{tag}",
         f"olstream-sink-demo-{tag}",
         f"olstream-worker-demo-{tag}",
-        f"openlineage.events.dlq.demo-{tag}",
+        f"{SINK_DLQ}.demo-{tag}",
     )
 
 

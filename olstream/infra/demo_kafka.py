@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_clients import client_config, consumer_config
 
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
@@ -19,7 +21,7 @@ log = logging.getLogger(__name__)
 class OffsetWatcher:
     def __init__(self, bootstrap: str, timeout: float = 5.0) -> None:
         # The demo's own clients stay quiet: their failures surface as exceptions, not librdkafka lines.
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.admin = AdminClient(client_config(bootstrap, {"log_level": 0}))
         self.timeout = timeout
 
     def ends(self, topic: str) -> dict[int, int]:
@@ -76,9 +78,7 @@ def warm_up_group_coordinator(bootstrap: str, topic: str, group: str, timeout: f
     """Commit one offset so a fresh broker creates and loads its offsets topic before the workers start.
 
     (On a broker that just started, the first group joins meet "coordinator load in progress".)"""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "log_level": 0}
-    )
+    consumer = Consumer(consumer_config(bootstrap, group, {"log_level": 0}))
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -98,14 +98,11 @@ class TopicFollower:
 
     def __init__(self, bootstrap: str, topic: str, group: str) -> None:
         self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-                "log_level": 0,
-            }
+            consumer_config(
+                bootstrap,
+                group,
+                {"auto.offset.reset": "earliest", "enable.partition.eof": False, "log_level": 0},
+            )
         )
         self.consumer.subscribe([topic])
 
@@ -149,8 +146,7 @@ def read_rejections(bootstrap: str, topic: str, timeout: float = 30.0) -> Reject
     by_status: dict[str, tuple[int, str]] = {}
     if not remaining:
         return Rejections(by_status)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "olstream-demo-dlq-reader",
-                         "enable.auto.commit": False, "log_level": 0})  # fmt: skip
+    consumer = Consumer(consumer_config(bootstrap, "olstream-demo-dlq-reader", {"log_level": 0}))
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in remaining])
         deadline = time.monotonic() + timeout
@@ -159,8 +155,8 @@ def read_rejections(bootstrap: str, topic: str, timeout: float = 30.0) -> Reject
             if msg is None or msg.error() is not None:
                 continue
             headers = {str(h[0]): _text(h[1]) for h in msg.headers() or []}
-            status = headers.get("olstream.status") or "(no status)"
-            reason = headers.get("olstream.response", "")
+            status = headers.get(deadletter.HTTP_STATUS) or "(no status)"
+            reason = headers.get(deadletter.HTTP_RESPONSE, "")
             count, first = by_status.get(status, (0, reason))
             by_status[status] = (count + 1, first)
             partition, offset = msg.partition(), msg.offset()

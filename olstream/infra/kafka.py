@@ -10,7 +10,6 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -27,6 +26,7 @@ from olstream.infra.kafka_config import (
     server_properties,
 )
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_clients import client_config
 
 log = logging.getLogger(__name__)
 # librdkafka's own connection chatter while polling for readiness is not worth showing.
@@ -194,7 +194,7 @@ def _format_storage(settings: KafkaSettings, java: str, classpath: str) -> None:
 
 
 def _admin_lists_topics(bootstrap: str) -> bool:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _admin_log}
+    config = client_config(bootstrap, {"logger": _admin_log})
     admin = AdminClient(config)
     try:
         meta = admin.list_topics(timeout=3)

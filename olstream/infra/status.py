@@ -9,17 +9,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from olstream.contract import topics
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_clients import client_config
 
 log = logging.getLogger(__name__)
 
-PIPELINE_TOPICS = (
-    "olstream.eventlog",
-    "olstream.eventlog.errors",
-    "openlineage.events",
-    "olstream.stream.errors",
-    "openlineage.events.dlq",
-)
+PIPELINE_TOPICS = topics.PIPELINE
 
 TopicPartitionKey = tuple[str, int]
 
@@ -109,7 +105,7 @@ def collect(bootstrap: str, topics: Sequence[str] = PIPELINE_TOPICS, timeout: fl
 
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     try:
         meta = admin.list_topics(timeout=timeout)
         present = [t for t in topics if t in meta.topics and meta.topics[t].error is None]

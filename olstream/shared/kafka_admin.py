@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_clients import client_config
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ def ensure_topic(
     timeout: float = 30.0,
 ) -> bool:
     """Create the topic if it is missing; True when this call created it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     meta = admin.list_topics(timeout=timeout)
     if name in meta.topics and meta.topics[name].error is None:
         return False
@@ -42,7 +43,7 @@ def ensure_topic(
 
 def topic_partitions(bootstrap: str, name: str, timeout: float = 10.0) -> int | None:
     """The topic's partition count, or None when it does not exist."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     meta = admin.list_topics(topic=name, timeout=timeout)
     t = meta.topics.get(name)
     if t is None or t.error is not None:

@@ -16,24 +16,25 @@ import logging
 import os
 import signal
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, cast
 
 from aiokafka.errors import IllegalStateError
 from confluent_kafka import KafkaException
-from faust.streams import _current_event as _CURRENT_EVENT
 
-from olstream.contract import codec
+from olstream.contract import codec, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
 from olstream.contract.records import Record, RunEnded
+from olstream.shared import deadletter
 from olstream.shared.errors import DecodeError, DeliveryError
+from olstream.shared.idle import consumed_to_end
 from olstream.streams.input_ledger import Admission, InputLedger
 from olstream.streams.processor import apply
 from olstream.streams.retention import CommittedLogPositions, Retention
 from olstream.streams.runid import epoch_millis
 from olstream.streams.runtime import app as m
+from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.consumer import WorkerConsumer
 from olstream.streams.runtime.sender import Sender
 from olstream.streams.state import RunState, StreamInputError, dumps_state, finished_end_ms, loads_state
@@ -67,7 +68,7 @@ def _set_current_event(event: Any) -> None:
     Only this task's context is touched, never the stream attribute that
     take_events' buffer task reads.
     """
-    _CURRENT_EVENT.set(weakref.ref(event))
+    faust_private.set_current_event(event)
 
 
 class StreamWorker:
@@ -112,7 +113,7 @@ class StreamWorker:
         if cached is not None:
             self.cache.move_to_end(engine_run_id)
             return cached
-        raw = self.store._get(engine_run_id.encode("utf-8"))
+        raw = faust_private.raw_get(self.store, engine_run_id.encode("utf-8"))
         if raw is None:
             return None
         state = loads_state(raw)
@@ -146,7 +147,7 @@ class StreamWorker:
             key = rid.encode("utf-8")
             if state is None:
                 self.cache.pop(rid, None)
-                if self.store._get(key) is not None:
+                if faust_private.raw_get(self.store, key) is not None:
                     del self.table[key]
             else:
                 self.table[key] = dumps_state(state)
@@ -208,12 +209,12 @@ class StreamWorker:
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
-            token = _CURRENT_EVENT.set(None)
+            token = faust_private.set_current_event(None)
             try:
                 self.write_overlay()
             finally:
                 self.overlay.clear()
-                _CURRENT_EVENT.reset(token)
+                faust_private.reset_current_event(token)
             last_input: dict[int, int] = {}  # input partition -> the batch's last offset
             with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
                 for event in events:
@@ -235,7 +236,7 @@ class StreamWorker:
         headers = msg.headers
         try:
             record = codec.decode(
-                value, _int_header(headers, "olstream.partition"), _int_header(headers, "olstream.offset")
+                value, _int_header(headers, wire.HEADER_PARTITION), _int_header(headers, wire.HEADER_OFFSET)
             )
         except DecodeError as e:
             self.reject(event, "undecodable", str(e))
@@ -402,13 +403,11 @@ class StreamWorker:
         m.ERRORS.labels(reason).inc()
         log.warning("bad input at topic partition %d, offset %d: %s", msg.partition, msg.offset, detail)
         headers: list[tuple[str, str | bytes | None]] = [
-            ("olstream.error", reason.encode()),
-            ("olstream.error.detail", detail.encode("utf-8")),
-            ("olstream.source.topic", msg.topic.encode()),
-            ("olstream.source.partition", str(msg.partition).encode()),
-            ("olstream.source.offset", str(msg.offset).encode()),
+            (deadletter.ERROR, reason.encode()),
+            (deadletter.ERROR_DETAIL, detail.encode("utf-8")),
+            *deadletter.origin_headers(msg.topic, msg.partition, msg.offset),
         ]
-        for name in ("olstream.partition", "olstream.offset", "olstream.type", "olstream.fingerprint"):
+        for name in wire.RECORD_HEADERS:
             raw = _header(msg.headers, name)
             if raw is not None:
                 headers.append((name, raw))
@@ -436,11 +435,9 @@ class StreamWorker:
             if ledger.advance() < high and not await self.pass_trailing_markers(tp.partition, ledger, high):
                 return
         await consumer.commit()
-        for tp in tps:
-            low, high = bounds[tp.partition]
-            committed = consumer._committed_offset.get(tp)  # type: ignore[attr-defined]
-            if high > low and (committed is None or committed < high):
-                return
+        committed = {tp.partition: faust_private.committed_offset(consumer, tp) for tp in tps}
+        if not consumed_to_end({tp.partition: bounds[tp.partition] for tp in tps}, committed):
+            return
         self.stopping = True
         log.info(
             "input consumed to its end, every send acknowledged and offsets committed: stopping "
@@ -466,11 +463,11 @@ def attach(sa: m.StreamApp) -> StreamWorker:
             if not await worker.admit(event):
                 continue
             async with worker.lock:
-                token = _CURRENT_EVENT.set(None)
+                token = faust_private.set_current_event(None)
                 try:
                     worker.add(event)
                 finally:
-                    _CURRENT_EVENT.reset(token)
+                    faust_private.reset_current_event(token)
             if len(worker.batch) >= sa.settings.batch_size:
                 await worker.flush_batch(stream)
 

@@ -17,6 +17,7 @@ import faust
 from prometheus_client import Counter, Gauge
 
 from olstream.shared.kafka_admin import ensure_topic, topic_partitions
+from olstream.shared.kafka_clients import consumer_config, faust_broker
 from olstream.streams.runtime.consumer import use_worker_consumer
 from olstream.streams.settings import WorkerSettings
 
@@ -85,7 +86,7 @@ def prepare_topics(settings: WorkerSettings) -> int:
 def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
     app = faust.App(
         settings.app_id,
-        broker=f"kafka://{settings.bootstrap}",
+        broker=faust_broker(settings.bootstrap),
         store="rocksdb://",
         datadir=settings.data_dir,
         processing_guarantee="at_least_once",
@@ -145,7 +146,7 @@ class InputOffsets:
         from confluent_kafka import Consumer
 
         self.topic = topic
-        config = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        config = consumer_config(bootstrap, group)
         self._consumer = Consumer(config)
         # reads single records by assignment (never subscribes or commits); faust reads the input
         # uncommitted, and so does this

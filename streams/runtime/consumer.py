@@ -15,6 +15,9 @@ bookkeeping believes it saw) and its read offsets are not used for the input top
 takes and what is committed, starting from the broker's committed offset each time faust seeks
 the partition. A partition the group never committed is sought to its earliest offset
 explicitly (aiokafka leaves such a partition wherever its fetcher stopped).
+
+The private names of faust this needs are reached through
+:mod:`olstream.streams.runtime.faust_private`, which declares the methods overridden here.
 """
 
 from __future__ import annotations
@@ -24,12 +27,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT
-from faust.types.tuples import ack_lock
-from mode.utils.futures import notify
 
 from olstream.streams.input_ledger import InputLedger
+from olstream.streams.runtime import faust_private
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ReadOffsetsWithoutInput(dict[Any, int | None]):
             super().__setitem__(key, value)
 
 
-class WorkerConsumer(faust_aiokafka.Consumer):
+class WorkerConsumer(faust_private.AiokafkaConsumer):
     """faust's aiokafka consumer, counting only the agent's acks on the input topic."""
 
     _agent_acking = False
@@ -67,7 +68,7 @@ class WorkerConsumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.ledgers: dict[int, InputLedger] = {}  # input partition -> its commit ledger
         super().__init__(*args, **kwargs)
-        self._read_offset = ReadOffsetsWithoutInput(self.input_topic)
+        faust_private.replace_read_offsets(self, ReadOffsetsWithoutInput(self.input_topic))
 
     @property
     def input_topic(self) -> str:
@@ -96,13 +97,14 @@ class WorkerConsumer(faust_aiokafka.Consumer):
             for tp, offset in committed.items()
             if tp.topic == self.input_topic and (offset is None or offset <= 0)
         ]
-        earliest = await self.earliest_offsets(*uncommitted) if uncommitted else {}
+        earliest = await faust_private.earliest_offsets(self, *uncommitted) if uncommitted else {}
         for tp, offset in committed.items():
             if tp.topic != self.input_topic:
                 continue
             if offset is None or offset <= 0:
                 offset = earliest.get(TP(tp.topic, tp.partition)) or 0
-                await self.seek_wait({TP(tp.topic, tp.partition): offset})  # on the consumer's thread
+                # on the consumer's thread
+                await faust_private.seek_wait(self, {TP(tp.topic, tp.partition): offset})
             self.ledgers[tp.partition] = InputLedger(offset)
         return committed
 
@@ -111,7 +113,7 @@ class WorkerConsumer(faust_aiokafka.Consumer):
 
         Raises aiokafka's IllegalStateError when the partition is no longer assigned.
         """
-        await self.seek_wait({TP(self.input_topic, partition): offset})
+        await faust_private.seek_wait(self, {TP(self.input_topic, partition): offset})
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
         if tp.topic != self.input_topic:  # the input's gaps are the ledger's business
@@ -151,26 +153,25 @@ class WorkerConsumer(faust_aiokafka.Consumer):
         if message.topic != self.input_topic:
             return bool(super().ack(message))
         if self._agent_acking:
-            with ack_lock:
+            with faust_private.ack_lock():
                 if message.acked:
                     return False
                 message.acked = True
-                self._unacked_messages.discard(message)
+                faust_private.forget_unacked(self, message)
                 ledger = self.ledgers.get(message.partition)
                 if ledger is not None:
                     ledger.note_acked(message.offset)
-                self._n_acked += 1
-                notify(self._waiting_for_ack)
+                faust_private.count_ack(self)
             return True
         # a record faust's stream dropped: released (a rebalance does not wait for it), but its
         # offset is not marked safe to commit; the partition's owner reads it again
-        with ack_lock:  # faust's own ack holds it for the same fields
+        with faust_private.ack_lock():  # faust's own ack holds it for the same fields
             message.acked = True
-            self._unacked_messages.discard(message)
+            faust_private.forget_unacked(self, message)
         return False
 
 
-class WorkerTransport(faust_aiokafka.Transport):
+class WorkerTransport(faust_private.AiokafkaTransport):
     """faust's aiokafka transport with :class:`WorkerConsumer`."""
 
     Consumer = WorkerConsumer

@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from olstream.shared.errors import DeliveryError
+from olstream.shared.kafka_clients import producer_config
 
 log = logging.getLogger(__name__)
 
@@ -23,20 +24,20 @@ Headers = list[tuple[str, str | bytes | None]]
 
 class Sender:
     def __init__(self, bootstrap: str, extra: dict[str, Any] | None = None) -> None:
-        config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 50,  # flush() sends at once; a long linger spares a wake-up per produce
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-            "partitioner": "murmur2_random",
-            # only failures call back into Python, not every acknowledged send (flush() still
-            # waits for every message; tests/integration/test_stream_sender.py)
-            "delivery.report.only.error": True,
-            "on_delivery": self._delivered,
-        }
-        config.update(extra or {})
+        config = producer_config(
+            bootstrap,
+            {
+                "linger.ms": 50,  # flush() sends at once; a long linger spares a wake-up per produce
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": 500_000,
+                "partitioner": "murmur2_random",
+                # only failures call back into Python, not every acknowledged send (flush() still
+                # waits for every message; tests/integration/test_stream_sender.py)
+                "delivery.report.only.error": True,
+                "on_delivery": self._delivered,
+                **(extra or {}),
+            },
+        )
         self._failure: KafkaError | None = None
         self._producer = Producer(config)
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from olstream.cli.reference import COMMAND_SETTINGS
+from olstream.shared.config import CONFIG_FILE
 from tests.support.paths import REPO as ROOT
 
 OLSTREAM_SERVICES = ("source", "worker", "sink")
@@ -127,18 +129,20 @@ def test_marquez_uses_the_postgres_service_credentials(compose: dict[str, Any]) 
 
 
 def test_olstream_environment_keys_are_read_by_the_commands(compose: dict[str, Any]) -> None:
-    code = "\n".join(
-        p.read_text(encoding="utf-8")
-        for pkg in ("olstream", "connectors", "streams")
-        for p in (ROOT / pkg).rglob("*.py")
-    )
+    """Each OLSTREAM_* key a service sets is the variable of a setting its own command declares."""
+    sink_code = (ROOT / "connectors" / "sink" / "settings.py").read_text(encoding="utf-8")
     for name in (*OLSTREAM_SERVICES, "simulate"):
         service = _services(compose).get(name)
         if service is None:
             continue
+        command = service["command"]
+        declared = COMMAND_SETTINGS["simulate" if command[0] == "log" else command[0]]
+        names = {s.env_name for s in declared} | {CONFIG_FILE.env_name}
         for key in service.get("environment", {}):
-            short = key.removeprefix("OLSTREAM_")
-            assert f'"{key}"' in code or f'"{short}"' in code, f"{name}: nothing reads {key}"
+            if key.startswith("OPENLINEAGE_"):
+                assert command[0] == "sink" and f'"{key}"' in sink_code, f"{name}: nothing reads {key}"
+            else:
+                assert key in names, f"{name}: `olstream {' '.join(command[:2])}` declares no setting {key}"
 
 
 def test_healthchecks_use_the_metrics_port_of_the_command(compose: dict[str, Any]) -> None:

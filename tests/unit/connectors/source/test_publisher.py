@@ -8,15 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from olstream.cli.source import build_parser_for_tests, settings_from_args
-from olstream.connectors.source.resume import (
-    expected_kafka_partition,
-    merge_positions,
-    message_key,
-    position_of,
-)
+from olstream.connectors.source.resume import expected_kafka_partition, merge_positions, position_of
 from olstream.connectors.source.rowcheck import RowChecker
 from olstream.contract import codec
 from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunError, RunStarted, RunStatus
+from olstream.contract.wire import message_key
 from olstream.eventlog.store import StoredRow
 from olstream.shared.errors import ConfigError
 

@@ -1,0 +1,54 @@
+"""Starts the sink: its Kafka consumer and DLQ producer, its transport, and the delivery loop."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from olstream.connectors.sink.settings import SinkSettings
+from olstream.connectors.sink.sink import Sink
+from olstream.connectors.sink.transports import make_transport
+from olstream.shared import kafka_clients
+from olstream.shared.kafka_admin import ensure_topic, topic_partitions
+from olstream.shared.kafka_clients import producer_config
+from olstream.shared.metrics import serve_metrics
+
+log = logging.getLogger(__name__)
+
+
+async def run_sink(settings: SinkSettings) -> int:
+    """Deliver until stopped (or, with --until-idle, until everything is delivered); the exit code."""
+    if settings.metrics_port:
+        serve_metrics(settings.metrics_port)
+    log.info(
+        "sink: %s -> %s (group %s, concurrency %d%s)",
+        settings.topic,
+        settings.destination,
+        settings.group,
+        settings.concurrency,
+        ", dry run" if settings.dry_run else "",
+    )
+    dlq = None
+    if not settings.dry_run:
+        partitions = topic_partitions(settings.bootstrap, settings.topic) or 1
+        ensure_topic(settings.bootstrap, settings.dlq_topic, partitions)
+        dlq = Producer(producer_config(settings.bootstrap, {"linger.ms": 5}))
+    consumer = Consumer(consumer_config(settings))
+    sink = Sink(settings, make_transport(settings), consumer, dlq)
+    return await sink.run()
+
+
+def consumer_config(settings: SinkSettings) -> dict[str, Any]:
+    """Manual commits only (`enable.auto.commit=false`): offsets move when the sink says so."""
+    extra: dict[str, Any] = {
+        "client.id": "olstream-sink",
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+        "fetch.wait.max.ms": 100,
+    }
+    if settings.instance_id:
+        extra["group.instance.id"] = settings.instance_id  # static membership: a restart takes over at once
+    return kafka_clients.consumer_config(settings.bootstrap, settings.group, extra)

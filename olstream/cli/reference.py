@@ -1,0 +1,94 @@
+"""Every command's settings, and `docs/configuration.md` generated from their declarations.
+
+`python -m olstream.cli.reference > docs/configuration.md` rewrites the page; a unit test
+fails when the page and the declarations differ, so each default is written once, in code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from olstream.connectors.sink.settings import SINK_SETTINGS
+from olstream.connectors.source.settings import SOURCE_SETTINGS
+from olstream.eventlog.settings import SIMULATE_SETTINGS
+from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
+from olstream.streams.settings import WORKER_SETTINGS
+
+COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
+    "source": SOURCE_SETTINGS,
+    "worker": WORKER_SETTINGS,
+    "sink": SINK_SETTINGS,
+    "simulate": SIMULATE_SETTINGS,
+}
+"""The command (and its section in the --config file) -> the settings it reads."""
+
+_INTRO = """# Configuration
+
+Generated from the declarations in code by `python -m olstream.cli.reference`; do not edit by
+hand (a unit test compares this page with the code).
+
+Every command resolves its settings the same way (`olstream/shared/config.py`):
+
+1. a flag, when given;
+2. else its environment variable, when set and not empty;
+3. else the configuration file, when it names the setting;
+4. else the default below.
+
+The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Its top-level keys apply to
+every command; a section named after the command (`source:`, `worker:`, `sink:`, `simulate:`)
+applies to that command only and wins over the top level. Keys are the setting names below
+(the flag without its dashes, `_` for `-`). A key no setting of a command declares is ignored
+by that command, so one file can serve a whole pipeline:
+
+```yaml
+bootstrap: kafka-1:9092,kafka-2:9092
+log_format: json
+source:
+  log_url: postgresql://olstream@eventlog-db:5432/eventlog
+worker:
+  job_names: hierarchical
+sink:
+  concurrency: 32
+```
+
+`--print-config` prints the effective settings of a command as JSON and exits: each value and,
+under `sources`, where it came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
+(the sink's API key, the password of a URL) are printed as `***`.
+
+An invalid setting ends the command with one line on stderr naming the setting, the value and
+where it came from, and exit code 2 (`olstream.shared.errors.ExitCode`):
+
+```
+olstream worker: invalid worker setting batch_size 'many' (from env OLSTREAM_BATCH_SIZE): expected an integer
+```
+
+A flag without a value (`--until-idle`) is `true`/`false` in the file and the environment.
+"""
+
+_SINK_DESTINATION = """
+Where the sink delivers comes from OpenLineage's own settings, so a receiver configured for
+openlineage-python works as it is: `--url` / `OPENLINEAGE_URL` / `transport.url`, `--endpoint`
+/ `OPENLINEAGE_ENDPOINT` / `transport.endpoint` (default `api/v1/lineage`), `--api-key-file` /
+`OPENLINEAGE_API_KEY` / `transport.auth.apiKey`, `--ca-file` / `transport.sslContext.caCertPath`,
+`--file` (or `transport.type: file` with `log_file_path`) and `--console` (`type: console`). The
+YAML file is `OPENLINEAGE_CONFIG`, else `./openlineage.yml`, else `~/.openlineage/openlineage.yml`.
+See [sink.md](sink.md).
+"""
+
+
+def render() -> str:
+    parts = [_INTRO]
+    for command, settings in COMMAND_SETTINGS.items():
+        title = "log simulate" if command == "simulate" else command
+        parts.append(f"\n## {command}\n\n`olstream {title}`, section `{command}:` of the file.\n")
+        if command == "sink":
+            parts.append(_SINK_DESTINATION)
+        parts.append("\n| flag | environment | default | meaning |\n|---|---|---|---|\n")
+        for flag, env, default, meaning in reference_rows((*settings, CONFIG_FILE)):
+            shown_env = f"`{env}`" if env != "-" else "-"
+            parts.append(f"| `{flag}` | {shown_env} | `{default}` | {meaning} |\n")
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

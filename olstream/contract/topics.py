@@ -1,0 +1,30 @@
+"""Default topic names and partition counts: each written here once.
+
+The source publishes to `EVENTLOG` (its rows that do not decode to `errors_topic_of(EVENTLOG)`,
+its checkpoints to `offsets_topic_of(EVENTLOG)`); the worker reads `EVENTLOG` and writes
+`RUN_EVENTS` (bad input to `STREAM_ERRORS`); the sink reads `RUN_EVENTS` and dead-letters to
+`SINK_DLQ`. Every name is a setting of the command that uses it (docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+EVENTLOG = "olstream.eventlog"
+RUN_EVENTS = "openlineage.events"
+STREAM_ERRORS = "olstream.stream.errors"
+SINK_DLQ = "openlineage.events.dlq"
+PARTITIONS = 6
+"""Partitions of a records topic olstream creates (an existing topic keeps its own)."""
+
+
+def errors_topic_of(records_topic: str) -> str:
+    """The source's topic for rows that do not decode."""
+    return f"{records_topic}.errors"
+
+
+def offsets_topic_of(records_topic: str) -> str:
+    """The source's compacted topic of checkpoints (a lower bound of the position per log partition)."""
+    return f"{records_topic}.offsets"
+
+
+PIPELINE = (EVENTLOG, errors_topic_of(EVENTLOG), RUN_EVENTS, STREAM_ERRORS, SINK_DLQ)
+"""The topics of a pipeline with default names, source to sink (what `olstream status` shows)."""

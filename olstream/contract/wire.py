@@ -1,0 +1,24 @@
+"""The Kafka key and headers of every message on the records topic (source -> worker).
+
+Key: the record's log partition in ASCII decimal, so one log partition stays in one Kafka
+partition, in order. Headers (values ASCII): where the record is in the event log, and which
+record and writer schema its Avro single-object body holds, so a consumer can route or skip it
+without decoding.
+"""
+
+from __future__ import annotations
+
+HEADER_PARTITION = "olstream.partition"
+"""The record's log partition (decimal)."""
+HEADER_OFFSET = "olstream.offset"
+"""The record's offset in its log partition (decimal)."""
+HEADER_TYPE = "olstream.type"
+"""The record name: RunStarted, DatasetDeclared or RunEnded (absent when the row does not decode)."""
+HEADER_FINGERPRINT = "olstream.fingerprint"
+"""16 hex characters: the CRC-64-AVRO fingerprint of the body's writer schema."""
+RECORD_HEADERS = (HEADER_PARTITION, HEADER_OFFSET, HEADER_TYPE, HEADER_FINGERPRINT)
+
+
+def message_key(log_partition: int) -> bytes:
+    """The Kafka key of a log partition's messages: its id in ASCII decimal."""
+    return str(log_partition).encode("ascii")

@@ -1,0 +1,39 @@
+"""The one vocabulary of dead-letter headers: the source's errors topic, the worker's errors
+topic and the sink's DLQ all say why and from where with these names.
+
+- `olstream.error` (source, worker, sink): why. The source's decode reason; the worker's reason
+  code (`invalid_namespace`, `declaration_after_end`, ...); the sink's `rejected`.
+- `olstream.error.detail` (worker): what exactly was wrong, naming the field.
+- `olstream.source.topic`, `.partition`, `.offset` (worker, sink): the Kafka message that failed.
+- `olstream.status` (sink): the receiver's HTTP status (empty: no response).
+- `olstream.response` (sink): the first 1,024 bytes of the receiver's answer.
+
+The records headers of the contract (`olstream.contract.wire`: partition, offset, type, fingerprint) are
+copied along when the failed message had them, so a record is always named by its place in
+the event log.
+"""
+
+from __future__ import annotations
+
+ERROR = "olstream.error"
+ERROR_DETAIL = "olstream.error.detail"
+SOURCE_TOPIC = "olstream.source.topic"
+SOURCE_PARTITION = "olstream.source.partition"
+SOURCE_OFFSET = "olstream.source.offset"
+HTTP_STATUS = "olstream.status"
+HTTP_RESPONSE = "olstream.response"
+RESPONSE_LIMIT = 1024
+"""Bytes of a receiver's answer kept in `olstream.response`."""
+REJECTED = "rejected"
+"""`olstream.error` of an event the receiver refused (a 4xx other than 408/429)."""
+
+Headers = list[tuple[str, str | bytes | None]]
+
+
+def origin_headers(topic: str, partition: int, offset: int) -> Headers:
+    """Where the failed Kafka message was."""
+    return [
+        (SOURCE_TOPIC, topic.encode()),
+        (SOURCE_PARTITION, str(partition).encode()),
+        (SOURCE_OFFSET, str(offset).encode()),
+    ]

@@ -1,0 +1,85 @@
+"""Every service command: one resolver, --print-config, and an invalid setting as one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from olstream.cli.main import main as olstream_main
+from olstream.cli.reference import COMMAND_SETTINGS, render
+from olstream.connectors.sink.settings import build_settings
+from olstream.shared.errors import ExitCode
+from tests.support.paths import REPO
+
+COMMANDS = {
+    "source": ["source", "--log", "sqlite:///nowhere.db"],
+    "worker": ["worker"],
+    "sink": ["sink", "--url", "http://receiver:5000"],
+    "simulate": ["log", "simulate", "--log", "sqlite:///nowhere.db", "--runs", "1"],
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("OLSTREAM_", "OPENLINEAGE_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_print_config_shows_every_declared_setting_and_where_it_came_from(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OLSTREAM_LOG_LEVEL", "debug")
+    assert olstream_main([*COMMANDS[command], "--print-config"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    for setting in COMMAND_SETTINGS[command]:
+        assert setting.key in doc["sources"], setting.key
+    assert doc["log_level"] == "DEBUG" and doc["sources"]["log_level"] == "env OLSTREAM_LOG_LEVEL"
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value"),
+    [
+        ("source", "--batch-size", "0"),
+        ("worker", "--batch-size", "many"),
+        ("sink", "--concurrency", "lots"),
+        ("simulate", "--seed", "x"),
+    ],
+)
+def test_an_invalid_setting_is_one_line_and_exit_2(
+    command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert olstream_main([*COMMANDS[command], flag, value]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"{flag}" in err and repr(value) in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_bad_configuration_file_is_one_line_and_exit_2(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yml"
+    path.write_text("log_level: [not, a, level\n")
+    assert olstream_main([*COMMANDS[command], "--config", str(path)]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(path) in err
+
+
+def test_the_sink_reads_the_shared_olstream_settings(tmp_path: Path) -> None:
+    env = {"OPENLINEAGE_URL": "http://m:5000", "OLSTREAM_LOG_FORMAT": "json", "OLSTREAM_METRICS_PORT": "9100"}
+    s = build_settings({}, env, cwd=tmp_path, home=tmp_path)
+    assert (s.log_format, s.metrics_port) == ("json", 9100)
+    assert dict(s.sources)["metrics_port"] == "env OLSTREAM_METRICS_PORT"
+
+
+def test_the_configuration_page_is_generated_from_the_declarations() -> None:
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert page == render(), (
+        "docs/configuration.md is stale: python -m olstream.cli.reference > docs/configuration.md"
+    )
