@@ -200,8 +200,10 @@ class _SourceLoop:
                 if self._in_txn and now - self._txn_started >= s.transaction_interval:
                     self._commit()
             else:
-                if self._in_txn:
-                    self._commit()
+                if self._in_txn and not self._commit():
+                    # aborted: its rows are read again before anything may count as idle
+                    quiet.note_activity(time.monotonic())
+                    continue
                 self.publisher.poll(0)
                 if caught_up_at is None and self.publisher.in_flight == 0:
                     caught_up_at = time.monotonic()
@@ -256,14 +258,16 @@ class _SourceLoop:
                 f"{self._s.transactional_id!r} take over?"
             ) from e
 
-    def _commit(self) -> None:
+    def _commit(self) -> bool:
         """Commit the open transaction (with its checkpoint); on an abortable error abort it and
-        read its rows again."""
+        read its rows again. False when it was aborted."""
         positions = dict(self.publisher.produced)  # not the tailer's: a stop may cut a batch short
         self.publisher.checkpoint(positions)
         if self._retry_txn_call("commit", self._producer.commit_transaction):
             self._committed = positions
             self.publisher.set_acked(self._committed)
+            self._in_txn = False
+            return True
         else:
             self.publisher.forget_checkpoints()
             self.publisher.produced = dict(self._committed)
@@ -272,6 +276,7 @@ class _SourceLoop:
             self._tailer.reset(self._committed)
             log.warning("transaction aborted: publishing its rows again")
         self._in_txn = False
+        return False
 
     def _retry_txn_call(self, what: str, call: Callable[[float], None]) -> bool:
         """Run a transaction call, retrying while Kafka is away; False when the transaction must abort."""
