@@ -25,14 +25,9 @@ from datetime import UTC, datetime
 
 from olstream.contract.codec import offset_encoder, tail_fields, values_encoder
 from olstream.contract.naming import (
-    NamespaceError,
     child_job_path,
     job_segment,
-    normalize_job_namespace,
-    normalize_namespace,
     parent_path_on_record,
-    path_ends_with,
-    with_job_namespace,
 )
 from olstream.contract.records import (
     DatasetDeclared,
@@ -43,6 +38,15 @@ from olstream.contract.records import (
     RunRef,
     RunStarted,
     RunStatus,
+)
+from olstream.eventlog.fields import (
+    checked_namespace,
+    checked_ref,
+    optional_text,
+    optional_time,
+    parse_status,
+    require_text,
+    require_time,
 )
 from olstream.eventlog.store import EventLogStore
 
@@ -95,62 +99,6 @@ def _check_field_order() -> None:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _require_text(field_name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field_name} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _optional_text(field_name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    return _require_text(field_name, value)
-
-
-def _require_time(field_name: str, value: object) -> datetime:
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ValueError(f"{field_name} must be a timezone-aware datetime, got {value!r}")
-    return value
-
-
-def _optional_time(field_name: str, value: object) -> datetime | None:
-    return None if value is None else _require_time(field_name, value)
-
-
-def _namespace(field_name: str, value: object, *, job: bool = False) -> str:
-    """The namespace in the form receivers accept (`naming`), or a NamespaceError (a ValueError)."""
-    try:
-        text = _require_text(field_name, value)
-        return normalize_job_namespace(text) if job else normalize_namespace(text)
-    except NamespaceError as e:
-        raise NamespaceError(f"{field_name}: {e}") from None
-
-
-def _checked_ref(label: str, ref: RunRef) -> RunRef:
-    """`ref` with its namespace normalized; its text fields checked."""
-    _require_text(f"{label}.engine_run_id", ref.engine_run_id)
-    if _optional_text(f"{label}.job_name", ref.job_name) is not None and ref.is_complete:
-        assert ref.job_name is not None and ref.workflow_type is not None and ref.workflow_version is not None
-        segment = job_segment(ref.workflow_type, ref.workflow_version)
-        if not path_ends_with(ref.job_name, segment):
-            raise ValueError(f"{label}.job_name {ref.job_name!r} does not end with the run's own {segment!r}")
-    try:
-        return with_job_namespace(ref)
-    except NamespaceError as e:
-        raise NamespaceError(f"{label}.namespace: {e}") from None
-
-
-def parse_status(value: RunStatus | str) -> RunStatus:
-    """The RunStatus for `value`; a ValueError naming `status` and the allowed values otherwise."""
-    if isinstance(value, RunStatus):
-        return value
-    try:
-        return RunStatus(value)
-    except ValueError as e:
-        allowed = ", ".join(s.value for s in RunStatus)
-        raise ValueError(f"status {value!r} is not one of: {allowed}") from e
 
 
 class EventLogWriter:
@@ -226,7 +174,7 @@ class EventLogWriter:
     def now(self) -> datetime:
         t = self._clock()
         if type(t) is not datetime or t.tzinfo is None:
-            _require_time("clock()", t)
+            require_time("clock()", t)
         return t
 
     def run_started(
@@ -257,7 +205,7 @@ class EventLogWriter:
         known: always for a root, and for a child of a handle that knows its own.
         """
         append_time = self.now()
-        run_id = _require_text(
+        run_id = require_text(
             "engine_run_id", self._new_run_id() if engine_run_id is None else engine_run_id
         )
         parent_ref = parent.ref if isinstance(parent, RunHandle) else parent
@@ -265,9 +213,9 @@ class EventLogWriter:
         if root_ref is None and isinstance(parent, RunHandle):
             root_ref = parent.tree_root
         if parent_ref is not None:
-            parent_ref = _checked_ref("parent", parent_ref)
+            parent_ref = checked_ref("parent", parent_ref)
         if root_ref is not None:
-            root_ref = _checked_ref("root", root_ref)
+            root_ref = checked_ref("root", root_ref)
         for label, text in (
             ("workflow_instance", workflow_instance),
             ("task_id", task_id),
@@ -275,8 +223,8 @@ class EventLogWriter:
             ("workflow_version", workflow_version),
         ):
             if type(text) is not str or not text.strip():
-                _require_text(label, text)  # raises, naming the field
-        namespace = _namespace("namespace", namespace, job=True)
+                require_text(label, text)  # raises, naming the field
+        namespace = checked_namespace("namespace", namespace, job=True)
         segment = job_segment(workflow_type, workflow_version)
         parent_path = None if parent_ref is None else parent_path_on_record(parent_ref, root_ref)
         if parent_ref is None:
@@ -288,11 +236,11 @@ class EventLogWriter:
             # writer cannot know which, so it claims no path (`naming`, docs/naming.md)
             job_path = None
         partition = self.partition_for(workflow_instance)
-        start = _require_time("start_time", start_time or append_time)
-        principal = _optional_text("principal", principal)
-        nominal_start_time = _optional_time("nominal_start_time", nominal_start_time)
-        nominal_end_time = _optional_time("nominal_end_time", nominal_end_time)
-        supersedes = _optional_text("supersedes", supersedes)
+        start = require_time("start_time", start_time or append_time)
+        principal = optional_text("principal", principal)
+        nominal_start_time = optional_time("nominal_start_time", nominal_start_time)
+        nominal_end_time = optional_time("nominal_end_time", nominal_end_time)
+        supersedes = optional_text("supersedes", supersedes)
         # No record object: the values go straight to the encoder, in schema order (_STARTED_TAIL).
         values = (
             append_time,
@@ -362,20 +310,20 @@ class RunHandle:
             self._check_open("dataset_input" if direction is Direction.INPUT else "dataset_output")
         # Inline checks (this is the hot path of bulk writers); the helpers give the messages.
         if type(key) is not str or not key.strip():
-            _require_text("key", key)
-        namespace = _namespace("namespace", namespace)
+            require_text("key", key)
+        namespace = checked_namespace("namespace", namespace)
         if type(name) is not str or not name.strip():
-            _require_text("name", name)
+            require_text("name", name)
         if version is not None and (type(version) is not str or not version.strip()):
-            _require_text("version", version)
+            require_text("version", version)
         writer = self._writer
         append_time = writer._clock()
         if type(append_time) is not datetime or append_time.tzinfo is None:
-            _require_time("clock()", append_time)
+            require_time("clock()", append_time)
         if time is None:
             time = append_time
         elif type(time) is not datetime or time.tzinfo is None:
-            _require_time("time", time)
+            require_time("time", time)
         run_id = self.ref.engine_run_id
         values = (append_time, run_id, direction, key, namespace, name, version, time)  # _DECLARED_TAIL
         writer._append_build(self.partition, values_encoder(DatasetDeclared, self.partition, values))
@@ -407,12 +355,12 @@ class RunHandle:
         self._check_open("run_ended")
         parsed = parse_status(status)
         if isinstance(error, str):
-            error = RunError(message=_require_text("error", error))
+            error = RunError(message=require_text("error", error))
         elif error is not None:
-            _require_text("error.message", error.message)
+            require_text("error.message", error.message)
         writer = self._writer
         append_time = writer.now()
-        end = _require_time("end_time", end_time or append_time)
+        end = require_time("end_time", end_time or append_time)
         values = (append_time, self.engine_run_id, parsed, end, error)  # _ENDED_TAIL
         writer._append_build(self.partition, values_encoder(RunEnded, self.partition, values))
         self.status = parsed
@@ -431,9 +379,9 @@ class Dataset:
     run: RunHandle | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _require_text("key", self.key)
-        object.__setattr__(self, "namespace", _namespace("namespace", self.namespace))
-        _require_text("name", self.name)
+        require_text("key", self.key)
+        object.__setattr__(self, "namespace", checked_namespace("namespace", self.namespace))
+        require_text("name", self.name)
 
     def _run(self, run: RunHandle | None) -> RunHandle:
         chosen = run or self.run

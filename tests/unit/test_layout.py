@@ -1,0 +1,168 @@
+"""The floor plan of the one package: no import circles, and no import from a lower floor to a higher one.
+
+Floors, from the ground up (docs/architecture.md): the shared pieces and the record contract;
+the event log service; the source, the sink and the worker (its pure core below its faust
+runtime); local infrastructure; the CLI. A module may import its own part and anything on a
+lower floor; the three services never import one another.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "olstream"
+
+# (prefix, floor); the longest matching prefix names a module's part
+PARTS = (
+    ("olstream", 0),  # the package itself: __version__ only
+    ("olstream.shared", 0),
+    ("olstream.contract", 1),
+    ("olstream.eventlog", 2),
+    ("olstream.connectors", 3),
+    ("olstream.connectors.source", 3),
+    ("olstream.connectors.sink", 3),
+    ("olstream.streams", 3),
+    ("olstream.streams.runtime", 4),
+    ("olstream.infra", 5),
+    ("olstream.cli", 6),
+    ("olstream.__main__", 6),
+)
+SERVICES = ("olstream.connectors.source", "olstream.connectors.sink", "olstream.streams")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    name = ".".join(parts)
+    return name.removesuffix(".__init__")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    # followlinks: olstream/connectors and olstream/streams are symlinks to the top-level folders
+    for root, _dirs, files in os.walk(PACKAGE, followlinks=True):
+        for name in files:
+            if name.endswith(".py"):
+                path = Path(root) / name
+                found[module_name(path)] = path
+    assert "olstream.streams.runtime.agent" in found and "olstream.connectors.sink.sink" in found
+    return found
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """Every olstream module `path` imports, at module level or inside a function."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name in known:
+                out.add(name)
+    return out
+
+
+def part_of(module: str) -> tuple[str, int]:
+    best = max((p for p in PARTS if module == p[0] or module.startswith(p[0] + ".")), key=lambda p: len(p[0]))
+    return best
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {m: imports_of(p, known) - {m} for m, p in mods.items()}
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for module, deps in sorted(g.items()):
+        part, floor = part_of(module)
+        for dep in sorted(deps):
+            dep_part, dep_floor = part_of(dep)
+            if dep_floor > floor:
+                problems.append(f"{module} (floor {floor}) imports {dep} (floor {dep_floor})")
+            service = next((s for s in SERVICES if part.startswith(s)), None)
+            dep_service = next((s for s in SERVICES if dep_part.startswith(s)), None)
+            if service and dep_service and service != dep_service:
+                problems.append(f"{module} imports {dep}: services do not import one another")
+    return problems
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_belongs_to_a_floor() -> None:
+    for module in modules():
+        assert part_of(module), module
+
+
+def test_no_import_goes_up_a_floor_or_across_services() -> None:
+    assert upward_imports(graph()) == []
+
+
+def test_no_import_circles() -> None:
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("g", "expect"),
+    [
+        ({"olstream.contract.codec": {"olstream.cli.main"}, "olstream.cli.main": set()}, "floor 1) imports"),
+        (
+            {"olstream.connectors.sink.sink": {"olstream.streams.state"}, "olstream.streams.state": set()},
+            "services",
+        ),
+    ],
+)
+def test_the_floor_check_can_fail(g: dict[str, set[str]], expect: str) -> None:
+    assert any(expect in p for p in upward_imports(g))
+
+
+def test_the_circle_check_can_fail() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_modules_stay_under_about_400_lines() -> None:
+    long = {
+        m: n for m, p in modules().items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450
+    }
+    assert long == {}, long
