@@ -11,6 +11,7 @@ import sys
 from olstream.connectors.sink.settings import SINK_SETTINGS
 from olstream.connectors.source.settings import SOURCE_SETTINGS
 from olstream.eventlog.settings import SIMULATE_SETTINGS
+from olstream.infra import settings as infra
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
 from olstream.streams.settings import WORKER_SETTINGS
 
@@ -21,6 +22,19 @@ COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "simulate": SIMULATE_SETTINGS,
 }
 """The command (and its section in the --config file) -> the settings it reads."""
+
+INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
+    "kafka up": ("kafka", infra.KAFKA_UP),
+    "kafka down": ("kafka", infra.KAFKA_DOWN),
+    "kafka status": ("kafka", infra.KAFKA_STATUS),
+    "postgres up": ("postgres", infra.POSTGRES_UP),
+    "postgres down": ("postgres", infra.POSTGRES_DOWN),
+    "postgres status": ("postgres", infra.POSTGRES_STATUS),
+    "marquez up|down|status": ("marquez", infra.MARQUEZ),
+    "demo": ("demo", infra.DEMO),
+    "status": ("status", infra.STATUS),
+}
+"""Local infrastructure and tools: the command -> (its section in the file, its settings)."""
 
 _INTRO = """# Configuration
 
@@ -76,6 +90,14 @@ See [sink.md](sink.md).
 """
 
 
+def _table(settings: tuple[Setting, ...]) -> str:
+    rows = ["\n| flag | environment | default | meaning |\n|---|---|---|---|\n"]
+    for flag, env, default, meaning in reference_rows((*settings, CONFIG_FILE)):
+        shown_env = f"`{env}`" if env != "-" else "-"
+        rows.append(f"| `{flag}` | {shown_env} | `{default}` | {meaning} |\n")
+    return "".join(rows)
+
+
 def render() -> str:
     parts = [_INTRO]
     for command, settings in COMMAND_SETTINGS.items():
@@ -83,10 +105,13 @@ def render() -> str:
         parts.append(f"\n## {command}\n\n`olstream {title}`, section `{command}:` of the file.\n")
         if command == "sink":
             parts.append(_SINK_DESTINATION)
-        parts.append("\n| flag | environment | default | meaning |\n|---|---|---|---|\n")
-        for flag, env, default, meaning in reference_rows((*settings, CONFIG_FILE)):
-            shown_env = f"`{env}`" if env != "-" else "-"
-            parts.append(f"| `{flag}` | {shown_env} | `{default}` | {meaning} |\n")
+        parts.append(_table(settings))
+    parts.append(
+        "\n## Local infrastructure and tools\n\nThe same resolver; see [operations.md](operations.md).\n"
+    )
+    for title, (section, settings) in INFRA_SETTINGS.items():
+        parts.append(f"\n### {title}\n\n`olstream {title}`, section `{section}:` of the file.\n")
+        parts.append(_table(settings))
     return "".join(parts)
 
 

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from olstream.shared.errors import OlstreamError
+from olstream.infra.settings import DEMO, MARQUEZ, STATUS, local_postgres
+from olstream.shared.config import add_flags, add_print_config, print_config, resolve
+from olstream.shared.errors import ExitCode, OlstreamError
 from olstream.shared.logs import setup_logging
 
 
@@ -28,33 +30,21 @@ def _register_demo(subparsers: argparse._SubParsersAction[Any]) -> None:
         "event log, runs the source, N workers and the sink as separate processes until every finished "
         "run's terminal event is delivered, prints a summary and renders the lineage graph.",
     )
-    p.add_argument("--runs", type=int, default=500, help="workflow runs to simulate (default 500)")
-    p.add_argument("--workers", type=int, default=2, help="stream worker processes (default 2)")
-    p.add_argument(
-        "--out", type=Path, default=Path("lineage.jsonl"), help="events file (sink file transport)"
-    )
-    p.add_argument("--graph", type=Path, default=None, help="picture to render (default: --out with .svg)")
-    p.add_argument("--url", default=None, help="post the events to this OpenLineage receiver instead")
-    p.add_argument("--marquez", action="store_true", help="send to a local Marquez (`olstream marquez up`)")
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("OLSTREAM_BOOTSTRAP"),
-        help="Kafka bootstrap servers (default $OLSTREAM_BOOTSTRAP; absent: start a local broker)",
-    )
-    p.add_argument("--partitions", type=int, default=6, help="partitions of the demo topics (default 6)")
-    p.add_argument("--seed", type=int, default=None, help="simulator seed")
-    p.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
-    p.add_argument("--keep", action="store_true", help="keep the work directory (logs of every process)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    add_flags(p, DEMO)
+    add_print_config(p)
     p.set_defaults(func=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from olstream.infra.demo import main, settings_from_args
+    from olstream.infra.demo import demo_settings, main
 
-    setup_logging(args.log_format, "WARNING")
+    r = resolve("demo", DEMO, vars(args), os.environ)
+    if args.print_config:
+        print_config(r)
+        return ExitCode.OK
+    setup_logging(r["log_format"], "WARNING")
     try:
-        return main(settings_from_args(args))
+        return main(demo_settings(r.values))
     except OlstreamError as e:
         print(f"olstream demo: {e}", file=sys.stderr)
         return 1
@@ -96,14 +86,14 @@ def _register_status(subparsers: argparse._SubParsersAction[Any]) -> None:
     from olstream.infra.status import PIPELINE_TOPICS
 
     p = subparsers.add_parser("status", help="end offsets of the pipeline's topics and consumer group lag")
-    p.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092"))
+    add_flags(p, STATUS)
     p.add_argument(
         "--topic",
         action="append",
         default=None,
         help=f"topic to show (repeatable; default: {', '.join(PIPELINE_TOPICS)})",
     )
-    p.add_argument("--timeout", type=float, default=10.0)
+    add_print_config(p)
     p.set_defaults(func=_run_status)
 
 
@@ -112,21 +102,24 @@ def _run_status(args: argparse.Namespace) -> int:
 
     from olstream.infra import status
 
+    r = resolve("status", STATUS, vars(args), os.environ)
+    if args.print_config:
+        print_config(r)
+        return ExitCode.OK
     setup_logging("text", "WARNING")
+    bootstrap = r["bootstrap"]
     try:
-        current = status.collect(args.bootstrap, tuple(args.topic or status.PIPELINE_TOPICS), args.timeout)
+        current = status.collect(bootstrap, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
     except OlstreamError as e:
         print(f"olstream status: {e}", file=sys.stderr)
         return 2
     console = Console()
-    for table in status.render_tables(current, args.bootstrap):
+    for table in status.render_tables(current, bootstrap):
         console.print(table)
     return 0
 
 
 def _register_marquez(subparsers: argparse._SubParsersAction[Any]) -> None:
-    from olstream.infra.marquez import DEFAULT_MARQUEZ_VERSION, DEFAULT_PORT
-
     parser = subparsers.add_parser("marquez", help="run a local Marquez API server (from Maven Central)")
     actions = parser.add_subparsers(dest="marquez_command", metavar="ACTION", required=True)
     for name, helptext in (
@@ -135,28 +128,21 @@ def _register_marquez(subparsers: argparse._SubParsersAction[Any]) -> None:
         ("status", "say whether it runs"),
     ):
         p = actions.add_parser(name, help=helptext)
-        p.add_argument("--data-dir", type=Path, default=None, help="default ~/.local/state/olstream/marquez")
-        p.add_argument("--port", type=int, default=int(os.environ.get("OLSTREAM_MARQUEZ_PORT", DEFAULT_PORT)))
-        p.add_argument("--admin-port", type=int, default=None, help="default port+1")
-        p.add_argument(
-            "--version", default=os.environ.get("OLSTREAM_MARQUEZ_VERSION", DEFAULT_MARQUEZ_VERSION)
-        )
-        p.add_argument(
-            "--pg-url",
-            default=os.environ.get("OLSTREAM_MARQUEZ_PG_URL"),
-            help="superuser URL of the PostgreSQL server Marquez keeps its database on "
-            "(default $OLSTREAM_MARQUEZ_PG_URL, else the local `olstream postgres` server)",
-        )
-        p.add_argument("--log-format", choices=("text", "json"), default="text")
+        add_flags(p, MARQUEZ)
+        add_print_config(p)
         p.set_defaults(func=_run_marquez, marquez_action=name)
 
 
 def _run_marquez(args: argparse.Namespace) -> int:
     from olstream.infra import marquez
 
-    setup_logging(args.log_format, "INFO")
+    r = resolve("marquez", MARQUEZ, vars(args), os.environ)
+    if args.print_config:
+        print_config(r)
+        return ExitCode.OK
+    setup_logging(r["log_format"], "INFO")
     try:
-        settings = marquez.settings_from_args(args)
+        settings = marquez.settings_of(r.values, args.marquez_action, local_postgres(os.environ))
         if args.marquez_action == "up":
             print(f"Marquez API at {marquez.up(settings)}")
         elif args.marquez_action == "down":

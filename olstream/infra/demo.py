@@ -6,7 +6,6 @@ simulator -> SQLite event log -> `olstream source` -> olstream.eventlog -> N x `
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
@@ -15,9 +14,10 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,6 +36,7 @@ from olstream.infra.demo_support import (
     scrape,
 )
 from olstream.infra.process import free_port
+from olstream.shared.config import resolve
 from olstream.shared.errors import ConfigError, InfrastructureError
 
 if TYPE_CHECKING:
@@ -71,23 +72,23 @@ class Topics:
     dlq: str
 
 
-def settings_from_args(args: argparse.Namespace) -> DemoSettings:
-    if args.runs < 1 or args.workers < 1:
-        raise ConfigError("--runs and --workers must be at least 1")
-    if args.url and args.marquez:
+def demo_settings(values: Mapping[str, Any]) -> DemoSettings:
+    """The demo's settings from the resolved `demo` settings (olstream.infra.settings.DEMO)."""
+    if values["url"] and values["marquez"]:
         raise ConfigError("--url and --marquez exclude each other")
+    out = Path(values["out"])
     return DemoSettings(
-        runs=args.runs,
-        workers=args.workers,
-        out=args.out.expanduser().resolve(),
-        graph=(args.graph or args.out.with_suffix(".svg")).expanduser().resolve(),
-        url=args.url,
-        marquez=args.marquez,
-        bootstrap=args.bootstrap or None,
-        partitions=args.partitions,
-        seed=args.seed,
-        timeout=args.timeout,
-        keep=args.keep,
+        runs=values["runs"],
+        workers=values["workers"],
+        out=out.expanduser().resolve(),
+        graph=(Path(values["graph"]) if values["graph"] else out.with_suffix(".svg")).expanduser().resolve(),
+        url=values["url"],
+        marquez=values["marquez"],
+        bootstrap=values["bootstrap"] or None,
+        partitions=values["partitions"],
+        seed=values["seed"],
+        timeout=values["timeout"],
+        keep=values["keep"],
     )
 
 
@@ -120,12 +121,13 @@ class Demo:
         if self.s.bootstrap:
             return self.s.bootstrap
         from olstream.infra import kafka
-        from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+        from olstream.infra.kafka_config import KafkaSettings
+        from olstream.infra.settings import KAFKA_VERSION
 
         port = free_port()
         self.broker_dir = self.work / "kafka"
         settings = KafkaSettings(
-            version=os.environ.get("OLSTREAM_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
+            version=resolve("kafka", (KAFKA_VERSION,), {}, os.environ)["version"],
             port=port,
             controller_port=free_port(avoid=frozenset({port})),
             data_dir=self.broker_dir,
@@ -139,17 +141,11 @@ class Demo:
         if not self.s.marquez:
             return self.s.url
         from olstream.infra import marquez
+        from olstream.infra.settings import MARQUEZ, local_postgres
 
         with self.console.status("starting Marquez ..."):
-            args = argparse.Namespace(
-                version=os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION),
-                port=int(os.environ.get("OLSTREAM_MARQUEZ_PORT", marquez.DEFAULT_PORT)),
-                admin_port=None,
-                data_dir=None,
-                pg_url=os.environ.get("OLSTREAM_MARQUEZ_PG_URL"),
-                marquez_action="up",
-            )
-            url = marquez.up(marquez.settings_from_args(args))
+            values = resolve("marquez", MARQUEZ, {}, os.environ).values
+            url = marquez.up(marquez.settings_of(values, "up", local_postgres(os.environ)))
         self.console.print(f"[green]✓[/] Marquez API at {url} (left running: `olstream marquez down`)")
         return url
 

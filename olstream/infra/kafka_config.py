@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,9 +72,9 @@ def logging_profile(version: str) -> str:
 
 
 def default_data_dir() -> Path:
-    """`$OLSTREAM_KAFKA_DATA_DIR`, else `$XDG_STATE_HOME/olstream/kafka` (~/.local/state/olstream/kafka)."""
-    env = os.environ.get("OLSTREAM_KAFKA_DATA_DIR")
-    return Path(env) if env else state_home() / "olstream" / "kafka"
+    """`$XDG_STATE_HOME/olstream/kafka` (~/.local/state/olstream/kafka); the setting `data_dir`
+    (OLSTREAM_KAFKA_DATA_DIR, olstream.infra.settings) names another."""
+    return state_home() / "olstream" / "kafka"
 
 
 def jar_cache_dir(version: str) -> Path:

@@ -7,10 +7,8 @@ from `infra/marquez/marquez.yml` and starts `marquez.MarquezApp server marquez.y
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import os
 import re
 import shutil
 import string
@@ -19,12 +17,17 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from olstream.infra.process import cache_home, pid_alive, port_free, state_home, stop_pid, tail
 from olstream.shared.errors import ConfigError, InfrastructureError
+
+if TYPE_CHECKING:
+    from olstream.infra.postgres import PostgresSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ class MarquezSettings:
     admin_port: int
     data_dir: Path
     pg_admin_url: str  # a superuser URL of the PostgreSQL server; Marquez gets its own role and db
+    jar: str | None = None  # a server jar to run instead of the one Maven resolves
     db_name: str = "marquez"
     db_user: str = "marquez"
     db_password: str = "marquez"
@@ -107,13 +111,12 @@ def main_jar(libs: Path, version: str) -> Path | None:
     return jar if jar.is_file() else None
 
 
-def resolve_classpath(version: str) -> str:
-    """The Java classpath of the Marquez server, downloading it with Maven on first use."""
-    override = os.environ.get("OLSTREAM_MARQUEZ_JAR")
-    if override:
-        if not Path(override).is_file():
-            raise ConfigError(f"OLSTREAM_MARQUEZ_JAR={override} is not a file")
-        return override
+def resolve_classpath(version: str, jar_file: str | None = None) -> str:
+    """The Java classpath of the Marquez server: `jar_file`, else the jars Maven resolves (on first use)."""
+    if jar_file:
+        if not Path(jar_file).is_file():
+            raise ConfigError(f"the Marquez jar {jar_file} is not a file")
+        return jar_file
     libs = jar_dir(version)
     jar = main_jar(libs, version)
     if jar is None:
@@ -205,7 +208,7 @@ def up(settings: MarquezSettings) -> str:
         raise InfrastructureError("Java 17 is not installed: apt-get install -y openjdk-17-jre-headless")
     if not port_free(settings.host, settings.port):
         raise InfrastructureError(f"port {settings.port} is taken: choose another with --port")
-    classpath = resolve_classpath(settings.version)
+    classpath = resolve_classpath(settings.version, settings.jar)
     ensure_database(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.config_file.write_text(render_config(settings), encoding="utf-8")
@@ -258,27 +261,32 @@ def status(settings: MarquezSettings) -> str:
     )
 
 
-def default_pg_admin_url() -> str:
+def local_pg_admin_url(settings: PostgresSettings) -> str:
     """The superuser URL of the local `olstream postgres` server (started when it is not running)."""
     from olstream.infra import postgres
 
-    settings = postgres.PostgresSettings(
-        port=int(os.environ.get("OLSTREAM_PG_PORT", postgres.DEFAULT_PORT)),
-        data_dir=postgres.default_data_dir(),
-    )
     state, started = postgres.start_server(settings)
     if started:
         log.info("started the local PostgreSQL for Marquez (stop it with `olstream postgres down`)")
     return state.url
 
 
-def settings_from_args(args: argparse.Namespace) -> MarquezSettings:
-    needs_pg = getattr(args, "marquez_action", "up") == "up"
-    pg_url = args.pg_url or (default_pg_admin_url() if needs_pg else "postgresql://127.0.0.1:5432/postgres")
+def settings_of(values: Mapping[str, Any], action: str, local_postgres: PostgresSettings) -> MarquezSettings:
+    """Marquez's settings from the resolved `marquez` settings (olstream.infra.settings.MARQUEZ).
+
+    Without `pg_url`, `up` keeps Marquez's database on the local `olstream postgres` server
+    (`local_postgres`, started when it is not running).
+    """
+    needs_pg = action == "up"
+    pg_url = values["pg_url"] or (
+        local_pg_admin_url(local_postgres) if needs_pg else "postgresql://127.0.0.1:5432/postgres"
+    )
+    data_dir = Path(values["data_dir"]) if values["data_dir"] else default_data_dir()
     return MarquezSettings(
-        version=args.version,
-        port=args.port,
-        admin_port=args.admin_port or args.port + 1,
-        data_dir=(args.data_dir or default_data_dir()).expanduser().resolve(),
+        version=values["version"],
+        port=values["port"],
+        admin_port=values["admin_port"] or values["port"] + 1,
+        data_dir=data_dir.expanduser().resolve(),
         pg_admin_url=pg_url,
+        jar=values["jar"],
     )

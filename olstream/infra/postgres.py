@@ -77,13 +77,11 @@ class PostgresStatus:
 
 
 def default_data_dir() -> Path:
-    """`$OLSTREAM_PG_DATA_DIR`, else `$XDG_STATE_HOME/olstream/postgres` (~/.local/state/...).
+    """`$XDG_STATE_HOME/olstream/postgres` (~/.local/state/...); the setting `data_dir`
+    (OLSTREAM_PG_DATA_DIR, olstream.infra.settings) names another.
 
     As root the home directory is usually closed to the `postgres` account: /var/lib/olstream/postgres.
     """
-    env = os.environ.get("OLSTREAM_PG_DATA_DIR")
-    if env:
-        return Path(env)
     if os.geteuid() == 0:
         return Path("/var/lib/olstream/postgres")
     return process.state_home() / "olstream" / "postgres"

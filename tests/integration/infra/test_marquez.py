@@ -24,6 +24,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from olstream.infra import marquez
 from olstream.infra.process import free_port
+from olstream.infra.settings import MARQUEZ
+from olstream.shared.config import resolve
 from olstream.shared.errors import OlstreamError
 
 pytestmark = [pytest.mark.integration, pytest.mark.marquez]
@@ -37,20 +39,22 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if external:
         yield external.rstrip("/")
         return
+    configured = resolve("marquez", MARQUEZ, {}, os.environ)  # OLSTREAM_MARQUEZ_VERSION, OLSTREAM_MARQUEZ_JAR
     try:
-        marquez.resolve_classpath(os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION))
+        marquez.resolve_classpath(configured["version"], configured["jar"])
     except OlstreamError as e:
         pytest.skip(f"Marquez is not available here: {e}")
     postgres_server = request.getfixturevalue("postgres_server")  # only once Marquez is there to use it
     data_dir = Path(tempfile.mkdtemp(prefix="olstream-marquez-"))
     port = free_port()
     settings = marquez.MarquezSettings(
-        version=os.environ.get("OLSTREAM_MARQUEZ_VERSION", marquez.DEFAULT_MARQUEZ_VERSION),
+        version=configured["version"],
         port=port,
         admin_port=free_port(avoid=frozenset({port})),
         data_dir=data_dir,
         pg_admin_url=postgres_server,
         db_name=f"marquez_{uuid.uuid4().hex[:8]}",
+        jar=configured["jar"],
     )
     try:
         yield marquez.up(settings)

@@ -42,6 +42,29 @@ def test_print_config_shows_every_declared_setting_and_where_it_came_from(
     assert doc["log_level"] == "DEBUG" and doc["sources"]["log_level"] == "env OLSTREAM_LOG_LEVEL"
 
 
+INFRA_COMMANDS = {
+    "kafka up": ["kafka", "up"],
+    "kafka down": ["kafka", "down"],
+    "postgres up": ["postgres", "up"],
+    "marquez": ["marquez", "status"],
+    "demo": ["demo"],
+    "status": ["status"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(INFRA_COMMANDS))
+def test_every_infrastructure_command_prints_its_config(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OLSTREAM_KAFKA_DATA_DIR", str(tmp_path))
+    assert olstream_main([*INFRA_COMMANDS[command], "--print-config"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    if command.startswith("kafka"):
+        assert (
+            doc["data_dir"] == str(tmp_path) and doc["sources"]["data_dir"] == "env OLSTREAM_KAFKA_DATA_DIR"
+        )
+
+
 @pytest.mark.parametrize(
     ("command", "flag", "value"),
     [
@@ -49,12 +72,18 @@ def test_print_config_shows_every_declared_setting_and_where_it_came_from(
         ("worker", "--batch-size", "many"),
         ("sink", "--concurrency", "lots"),
         ("simulate", "--seed", "x"),
+        ("kafka up", "--port", "x"),
+        ("postgres up", "--timeout", "-1"),
+        ("marquez", "--port", "0"),
+        ("demo", "--runs", "0"),
+        ("status", "--timeout", "soon"),
     ],
 )
 def test_an_invalid_setting_is_one_line_and_exit_2(
     command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert olstream_main([*COMMANDS[command], flag, value]) == ExitCode.CONFIG
+    argv = COMMANDS.get(command) or INFRA_COMMANDS[command]
+    assert olstream_main([*argv, flag, value]) == ExitCode.CONFIG
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert f"{flag}" in err and repr(value) in err

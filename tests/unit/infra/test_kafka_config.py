@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from olstream.infra.kafka_config import (
     render_properties,
     server_properties,
 )
+from olstream.infra.settings import KAFKA_UP, data_dir_of
+from olstream.shared.config import resolve
 
 
 def settings(version: str = "4.4.0") -> KafkaSettings:
@@ -94,7 +97,8 @@ def test_directories_follow_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert default_data_dir() == tmp_path / "state" / "olstream" / "kafka"
     assert jar_cache_dir("4.4.0") == tmp_path / "cache" / "olstream" / "kafka" / "4.4.0" / "libs"
     monkeypatch.setenv("OLSTREAM_KAFKA_DATA_DIR", str(tmp_path / "k"))
-    assert default_data_dir() == tmp_path / "k"
+    resolved = resolve("kafka", KAFKA_UP, {}, os.environ)  # the variable is a setting of `olstream kafka`
+    assert data_dir_of(resolved, default_data_dir()) == tmp_path / "k"
 
 
 def test_bad_version_is_rejected() -> None:

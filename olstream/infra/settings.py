@@ -1,0 +1,98 @@
+"""Settings of the local-infrastructure commands (kafka, postgres, marquez, demo, status).
+
+Declared once, resolved by the shared resolver like every service's: flags > environment >
+the --config file (sections `kafka:`, `postgres:`, `marquez:`, `demo:`, `status:`) > defaults.
+A data directory left unset is the command's own folder under `$XDG_STATE_HOME/olstream/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from olstream.infra import marquez, postgres
+from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION
+from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
+from olstream.shared.config import BOOTSTRAP, LOG_FORMAT, Resolved, Setting, at_least, positive, resolve
+
+
+def _timeout(default: float, what: str) -> Setting:
+    return Setting("timeout", default, what, parse=float, env="", check=positive)
+
+
+def _data_dir(env: str, where: str) -> Setting:
+    return Setting("data_dir", None, f"directory of the local {where} [~/.local/state/olstream/...]", env=env)
+
+
+def _port(default: int, env: str, what: str) -> Setting:
+    return Setting("port", default, what, parse=int, env=env, check=at_least(1))
+
+
+KAFKA_DATA_DIR = _data_dir("OLSTREAM_KAFKA_DATA_DIR", "broker")
+KAFKA_VERSION = Setting("version", DEFAULT_KAFKA_VERSION, "Kafka release (jars from Maven Central)",
+                        env="OLSTREAM_KAFKA_VERSION")  # fmt: skip
+KAFKA_UP = (
+    KAFKA_DATA_DIR,
+    _port(KAFKA_PORT, "OLSTREAM_KAFKA_PORT", "broker port"),
+    Setting("controller_port", None, "KRaft controller port [port+1]", parse=int, env=""),
+    KAFKA_VERSION,
+    _timeout(90.0, "seconds to wait for the broker"),
+    LOG_FORMAT,
+)
+KAFKA_DOWN = (KAFKA_DATA_DIR, _timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
+KAFKA_STATUS = (KAFKA_DATA_DIR, LOG_FORMAT)
+
+POSTGRES_DATA_DIR = _data_dir("OLSTREAM_PG_DATA_DIR", "server")
+POSTGRES_PORT = _port(postgres.DEFAULT_PORT, "OLSTREAM_PG_PORT", "server port")
+POSTGRES_UP = (POSTGRES_DATA_DIR, POSTGRES_PORT, _timeout(60.0, "seconds to wait for the server"), LOG_FORMAT)
+POSTGRES_DOWN = (POSTGRES_DATA_DIR, _timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
+POSTGRES_STATUS = (POSTGRES_DATA_DIR, LOG_FORMAT)
+
+MARQUEZ = (
+    _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez"),
+    _port(marquez.DEFAULT_PORT, "OLSTREAM_MARQUEZ_PORT", "API port"),
+    Setting("admin_port", None, "admin port [port+1]", parse=int, env=""),
+    Setting("version", marquez.DEFAULT_MARQUEZ_VERSION, "Marquez release", env="OLSTREAM_MARQUEZ_VERSION"),
+    Setting(
+        "pg_url",
+        None,
+        "superuser URL of the PostgreSQL server of Marquez's database [the local `olstream postgres`]",
+        env="OLSTREAM_MARQUEZ_PG_URL",
+    ),
+    Setting(
+        "jar",
+        None,
+        "a Marquez server jar to run instead of the one Maven resolves",
+        env="OLSTREAM_MARQUEZ_JAR",
+    ),
+    LOG_FORMAT,
+)
+
+DEMO = (
+    Setting("runs", 500, "workflow runs to simulate", parse=int, env="", check=at_least(1)),
+    Setting("workers", 2, "stream worker processes", parse=int, env="", check=at_least(1)),
+    Setting("out", "lineage.jsonl", "events file (the sink's file transport)", env=""),
+    Setting("graph", None, "picture to render [--out with .svg]", env=""),
+    Setting("url", None, "post the events to this OpenLineage receiver instead", env=""),
+    Setting("marquez", False, "send to a local Marquez (`olstream marquez up`)", switch=True, env=""),
+    Setting("bootstrap", None, "Kafka bootstrap servers [none: a local broker]", env=BOOTSTRAP.env_name),
+    Setting("partitions", 6, "partitions of the demo topics", parse=int, env="", check=at_least(1)),
+    Setting("seed", None, "simulator seed", parse=int, env=""),
+    _timeout(600.0, "give up after this many seconds"),
+    Setting("keep", False, "keep the work directory (logs of every process)", switch=True, env=""),
+    LOG_FORMAT,
+)
+
+STATUS = (BOOTSTRAP, _timeout(10.0, "seconds to wait for the broker"))
+
+
+def local_postgres(environ: Mapping[str, str]) -> postgres.PostgresSettings:
+    """The local server `olstream postgres up` starts without flags (where Marquez keeps its database)."""
+    r = resolve("postgres", POSTGRES_UP, {}, environ)
+    return postgres.PostgresSettings(port=r["port"], data_dir=data_dir_of(r, postgres.default_data_dir()))
+
+
+def data_dir_of(resolved: Resolved, default: Path) -> Path:
+    """The resolved data directory, else the command's default one, absolute."""
+    value = resolved["data_dir"]
+    return (Path(value) if value else default).expanduser().resolve()
