@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make test     create .venv, install, run unit + integration tests (starts and stops Kafka, PostgreSQL)"
-	@echo "make lint     ruff check . and mypy --strict on olstream, connectors, streams"
+	@echo "make lint     ruff check . and mypy --strict on the olstream package"
 	@echo "make demo     set up, then run 'olstream demo'"
 	@echo "make test-unit  only the unit tests (no services)"
 

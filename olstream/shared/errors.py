@@ -33,19 +33,28 @@ class DeliveryError(OlstreamError):
 
 
 class ExitCode(IntEnum):
-    """The exit codes of every `olstream` command: this table is the only place they are defined."""
+    """The exit codes of every `olstream` command; `EXIT_MEANINGS` says what each means."""
 
     OK = 0
-    """Done: `--until-idle` reached its end, a signal stopped the command after a flush, or a check passed."""
     FAILED = 1
-    """Failed while running: Kafka refused a record, the event log or a receiver failed."""
     CONFIG = 2
-    """Cannot start as configured: an invalid setting or flag, an event log that cannot be opened, Kafka
-    unreachable at start. Nothing was done; fix the setting named on stderr."""
     NOT_RUNNING = 3
-    """`olstream kafka|postgres status`: the local service is not running."""
     SEND_FAILED = 75
-    """The worker could not send a batch's events (EX_TEMPFAIL): it leaves at once, without a commit,
-    so a restart processes the batch again."""
     INTERRUPTED = 130
-    """Stopped by a second SIGINT/SIGTERM before the flush finished."""
+
+
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "done: `--until-idle` reached its end, a signal stopped the command after a flush, "
+    "`--print-config`, or a check passed",
+    ExitCode.FAILED: "failed while running: Kafka refused a record, the event log or a receiver failed, "
+    "a local service could not be started or stopped",
+    ExitCode.CONFIG: "cannot start as configured: an invalid setting or flag, an event log that cannot be "
+    "opened, Kafka unreachable at start, a faust without a private name the worker needs; "
+    "nothing was done, and stderr names the setting",
+    ExitCode.NOT_RUNNING: "`olstream kafka status`, `olstream postgres status`: the local service is not "
+    "running",
+    ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "
+    "without a commit, and a restart processes the batch again",
+    ExitCode.INTERRUPTED: "a second SIGINT/SIGTERM stopped the command before its flush finished",
+}
+"""The one table of exit codes (docs/operations.md#exit-codes is generated from it)."""

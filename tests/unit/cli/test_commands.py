@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from olstream.cli.main import main as olstream_main
-from olstream.cli.reference import COMMAND_SETTINGS, render
+from olstream.cli.reference import COMMAND_SETTINGS, render, render_exit_codes
 from olstream.connectors.sink.settings import build_settings
-from olstream.shared.errors import ExitCode
+from olstream.shared.errors import EXIT_MEANINGS, ExitCode
 from tests.support.paths import REPO
 
 COMMANDS = {
@@ -105,6 +105,12 @@ def test_the_sink_reads_the_shared_olstream_settings(tmp_path: Path) -> None:
     s = build_settings({}, env, cwd=tmp_path, home=tmp_path)
     assert (s.log_format, s.metrics_port) == ("json", 9100)
     assert dict(s.sources)["metrics_port"] == "env OLSTREAM_METRICS_PORT"
+
+
+def test_the_exit_code_table_of_the_docs_is_generated_from_the_code() -> None:
+    page = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert render_exit_codes() in page, "docs/operations.md: python -m olstream.cli.reference --exit-codes"
+    assert all(code in EXIT_MEANINGS for code in ExitCode)
 
 
 def test_the_configuration_page_is_generated_from_the_declarations() -> None:
