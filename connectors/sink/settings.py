@@ -29,6 +29,7 @@ from olstream.shared.config import (
     at_least,
     defaults,
     positive,
+    redact_url,
     resolve,
 )
 from olstream.shared.errors import ConfigError
@@ -110,9 +111,10 @@ class SinkSettings:
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where it came from)
 
     def describe(self) -> dict[str, Any]:
-        """A printable view of the settings with the API key redacted."""
+        """A printable view of the settings with the API key and a URL's password redacted."""
         doc = dataclasses.asdict(self)
         doc["api_key"] = REDACTED if self.api_key else None
+        doc["url"] = redact_url(self.url)
         doc["sources"] = dict(self.sources)
         return doc
 

@@ -100,6 +100,14 @@ def test_a_bad_configuration_file_is_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1 and str(path) in err
 
 
+def test_the_sink_prints_no_password_of_its_url(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        olstream_main(["sink", "--url", "http://user:s3cret@receiver:5000", "--print-config"]) == ExitCode.OK
+    )
+    printed = capsys.readouterr().out
+    assert "s3cret" not in printed and "http://user:***@receiver:5000/api/v1/lineage" in printed
+
+
 def test_the_sink_reads_the_shared_olstream_settings(tmp_path: Path) -> None:
     env = {"OPENLINEAGE_URL": "http://m:5000", "OLSTREAM_LOG_FORMAT": "json", "OLSTREAM_METRICS_PORT": "9100"}
     s = build_settings({}, env, cwd=tmp_path, home=tmp_path)

@@ -32,7 +32,7 @@ def test_header_names_are_distinct_and_in_the_olstream_namespace() -> None:
 
 
 def test_the_pipeline_topics_are_the_defaults_source_to_sink() -> None:
-    assert topics.PIPELINE == (TOPICS[0], TOPICS[1], topics.RUN_EVENTS, topics.STREAM_ERRORS, topics.SINK_DLQ)
+    assert (TOPICS[0], TOPICS[1], topics.RUN_EVENTS, topics.STREAM_ERRORS, topics.SINK_DLQ) == topics.PIPELINE
 
 
 def test_the_contract_page_names_every_header_and_topic() -> None:
