@@ -14,6 +14,7 @@ COPY avro ./avro
 COPY olstream ./olstream
 COPY connectors ./connectors
 COPY streams ./streams
+COPY infra/kafka/pom.xml ./infra/kafka/pom.xml
 RUN pip install .
 
 RUN useradd --system --uid 10001 --home-dir /var/lib/olstream --create-home olstream

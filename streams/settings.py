@@ -64,7 +64,9 @@ WORKER_SETTINGS = (
     Setting("integration", _mapping("integration"), "jobType facet integration"),
     Setting("programming_language", _mapping("programming_language"), "errorMessage facet language"),
     Setting("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),
-    Setting("batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=positive),
+    Setting(
+        "batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=at_least(0)
+    ),
     Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
     METRICS_PORT,
     LOG_FORMAT,

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from olstream.contract import topics
 from olstream.shared.config import (
     BOOTSTRAP,
@@ -29,6 +27,7 @@ from olstream.shared.config import (
     at_least,
     defaults,
     positive,
+    read_yaml,
     redact_url,
     resolve,
 )
@@ -68,7 +67,7 @@ SINK_SETTINGS = (
     Setting(
         "max_buffered", 5000, "events held in memory before pausing", parse=int, env="", check=at_least(1)
     ),
-    Setting("commit_interval", 1.0, "seconds between offset commits", parse=float, env="", check=positive),
+    Setting("commit_interval", 1.0, "seconds between offset commits", parse=float, env="", check=at_least(0)),
     Setting("dlq_topic", topics.SINK_DLQ, "dead-letter topic", env="OLSTREAM_SINK_DLQ_TOPIC"),
     Setting("dry_run", False, "print what would be sent; send nothing", switch=True, env=""),
     Setting("until_idle", False, "exit 0 once all is delivered", switch=True, env=""),
@@ -120,8 +119,9 @@ class SinkSettings:
 
     @property
     def destination(self) -> str:
+        """Where events go, for log lines: a URL's password is ***."""
         if self.transport == "http":
-            return str(self.url)
+            return str(redact_url(self.url))
         if self.transport == "file":
             return f"file {self.file_path}"
         return "stdout"
@@ -135,7 +135,7 @@ def endpoint_url(url: str, endpoint: str | None) -> str:
     """
     base = url.strip()
     if not base.startswith(("http://", "https://")):
-        raise ConfigError(f"OpenLineage URL must start with http:// or https://, got {base!r}")
+        raise ConfigError(f"OpenLineage URL must start with http:// or https://, got {redact_url(base)!r}")
     if endpoint is None:
         endpoint = DEFAULT_ENDPOINT
     suffix = endpoint.strip().strip("/")
@@ -159,10 +159,7 @@ def find_config_file(env: Mapping[str, str], cwd: Path, home: Path) -> Path | No
 
 
 def read_transport_section(path: Path) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read OpenLineage config {path}: {e}") from e
+    doc = read_yaml(str(path), "the OpenLineage config") or {}
     section = doc.get("transport") if isinstance(doc, dict) else None
     if section is None:
         return {}

@@ -324,15 +324,14 @@ class Sink:
             return False
         if any(t.committable() is not None for t in self.trackers.values()):
             return False
-        bounds: dict[tuple[str, int], tuple[int, int]] = {}
-        positions: dict[tuple[str, int], int | None] = {}
-        for tp in list(self.trackers):
-            bounds[tp] = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
+        for tp in list(self.trackers):  # one partition at a time: the first one behind ends the check
+            bounds = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
             position = self.positions.get(tp)
             if position is None:
                 position = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
-            positions[tp] = position
-        return consumed_to_end(bounds, positions)
+            if not consumed_to_end({tp: bounds}, {tp: position}):
+                return False
+        return True
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> int:

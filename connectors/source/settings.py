@@ -145,11 +145,13 @@ def resolve_source_settings(
     r = resolve("source", SOURCE_SETTINGS, flags, environ)
     if not r["log_url"]:
         raise ConfigError("no event log: pass --log URL or set OLSTREAM_LOG_URL")
+    if not r["errors_topic"]:
+        r = r.with_value("errors_topic", topics.errors_topic_of(r["topic"]), "default (<topic>.errors)")
     settings = SourceSettings(
         log_url=r["log_url"],
         bootstrap=r["bootstrap"],
         topic=r["topic"],
-        errors_topic=r["errors_topic"] or topics.errors_topic_of(r["topic"]),
+        errors_topic=r["errors_topic"],
         partitions=r["partitions"],
         until_idle=r["until_idle"],
         idle_seconds=r["idle_seconds"],

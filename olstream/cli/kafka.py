@@ -47,7 +47,7 @@ def _broker_settings(r: Resolved) -> KafkaSettings:
         port=r["port"],
         controller_port=r["controller_port"] or r["port"] + 1,
         data_dir=data_dir_of(r, default_data_dir()),
-        start_timeout=r["timeout"],
+        start_timeout=r["start_timeout"],
     )
 
 
@@ -84,7 +84,7 @@ def run_down(args: argparse.Namespace) -> int:
         return ExitCode.OK
     data_dir = data_dir_of(r, default_data_dir())
     try:
-        state = kafka.stop_broker(data_dir, timeout=r["timeout"])
+        state = kafka.stop_broker(data_dir, timeout=r["stop_timeout"])
     except OlstreamError as e:
         print(f"olstream kafka down: {e}", file=sys.stderr)
         return ExitCode.FAILED

@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """`log simulate`, `kafka up`, `worker`: the command and its action, for one-line errors."""
+    action = getattr(args, f"{args.command}_command", None)  # kafka_command, log_command, ...
+    return f"{args.command} {action}" if action else str(args.command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -45,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc = func(args)
     except ConfigError as e:
         # an invalid setting is one line on stderr and exit 2, never a traceback
-        sys.stderr.write(f"olstream {args.command}: {' '.join(redact(str(e)).split())}\n")
+        sys.stderr.write(f"olstream {command_name(args)}: {' '.join(redact(str(e)).split())}\n")
         return ExitCode.CONFIG
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

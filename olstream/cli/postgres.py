@@ -46,7 +46,7 @@ def run_up(args: argparse.Namespace) -> int:
     if r is None:
         return ExitCode.OK
     settings = PostgresSettings(
-        port=r["port"], data_dir=data_dir_of(r, postgres.default_data_dir()), start_timeout=r["timeout"]
+        port=r["port"], data_dir=data_dir_of(r, postgres.default_data_dir()), start_timeout=r["start_timeout"]
     )
     started = time.monotonic()
     try:
@@ -66,7 +66,7 @@ def run_down(args: argparse.Namespace) -> int:
         return ExitCode.OK
     data_dir = data_dir_of(r, postgres.default_data_dir())
     try:
-        state = postgres.stop_server(data_dir, timeout=r["timeout"])
+        state = postgres.stop_server(data_dir, timeout=r["stop_timeout"])
     except OlstreamError as e:
         print(f"olstream postgres down: {e}", file=sys.stderr)
         return ExitCode.FAILED

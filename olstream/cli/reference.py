@@ -46,15 +46,19 @@ hand (a unit test compares this page with the code).
 Every command resolves its settings the same way (`olstream/shared/config.py`):
 
 1. a flag, when given;
-2. else its environment variable, when set and not empty;
+2. else its environment variable, when set and not empty (an empty flag counts as not given);
 3. else the configuration file, when it names the setting;
 4. else the default below.
 
-The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Its top-level keys apply to
-every command; a section named after the command (`source:`, `worker:`, `sink:`, `simulate:`)
-applies to that command only and wins over the top level. Keys are the setting names below
-(the flag without its dashes, `_` for `-`). A key no setting of a command declares is ignored
-by that command, so one file can serve a whole pipeline:
+The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Keys are the setting names
+below (the flag without its dashes, `_` for `-`). Its top level holds only the settings every
+command shares: `bootstrap`, `log_format` and `log_level`. Everything else goes in the section
+of its command (`source:`, `worker:`, `sink:`, `simulate:`, `kafka:`, `postgres:`, `marquez:`,
+`demo:`, `status:`), which also wins over the top level. The same name means different things
+to different commands (`batch_size` is rows per read for the source and records per batch for
+the worker), so any other top-level key is an error. A key of a section that its command does
+not declare is ignored (`kafka:` serves `up`, `down` and `status`). One file can serve a whole
+pipeline:
 
 ```yaml
 bootstrap: kafka-1:9092,kafka-2:9092

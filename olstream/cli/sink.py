@@ -13,7 +13,6 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from olstream.connectors.sink.run import run_sink
 from olstream.connectors.sink.settings import SINK_SETTINGS, build_settings
 from olstream.shared.config import add_flags, add_print_config
 from olstream.shared.errors import ExitCode, OlstreamError
@@ -53,6 +52,8 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.OK
     setup_logging(settings.log_format, settings.log_level)
     try:
+        from olstream.connectors.sink.run import run_sink  # aiohttp, only when the sink runs
+
         return asyncio.run(run_sink(settings))
     except OlstreamError as e:
         log.error("%s", e)

@@ -39,15 +39,16 @@ def _run_demo(args: argparse.Namespace) -> int:
     from olstream.infra.demo import demo_settings, main
 
     r = resolve("demo", DEMO, vars(args), os.environ)
+    settings = demo_settings(r.values)  # a ConfigError here: one line, exit 2
     if args.print_config:
         print_config(r)
         return ExitCode.OK
     setup_logging(r["log_format"], "WARNING")
     try:
-        return main(demo_settings(r.values))
+        return main(settings)
     except OlstreamError as e:
         print(f"olstream demo: {e}", file=sys.stderr)
-        return 1
+        return ExitCode.FAILED
 
 
 def _register_graph(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -151,5 +152,5 @@ def _run_marquez(args: argparse.Namespace) -> int:
             print(marquez.status(settings))
     except OlstreamError as e:
         print(f"olstream marquez {args.marquez_action}: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK

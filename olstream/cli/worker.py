@@ -7,8 +7,10 @@ import logging
 import os
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from olstream.shared.config import add_flags, add_print_config, print_config
-from olstream.shared.errors import ExitCode
+from olstream.shared.errors import ExitCode, InfrastructureError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
 from olstream.streams.settings import WORKER_SETTINGS, WorkerSettings, resolve_worker_settings
@@ -45,7 +47,11 @@ def main(args: argparse.Namespace) -> int:
 
     check_faust_private_names()  # a faust upgrade that removed a name we rely on: say so, exit 2
 
-    partitions = prepare_topics(settings)
+    try:
+        partitions = prepare_topics(settings)
+    except (KafkaException, InfrastructureError) as e:  # Kafka unreachable at start: nothing was done
+        log.error("Kafka at %s: %s", settings.bootstrap, e)
+        return ExitCode.CONFIG
     sa = build_app(settings, partitions)
     attach(sa)
     if settings.metrics_port:

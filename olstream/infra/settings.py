@@ -9,15 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from olstream.infra import marquez, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
-from olstream.shared.config import BOOTSTRAP, LOG_FORMAT, Resolved, Setting, at_least, positive, resolve
+from olstream.shared.config import (
+    BOOTSTRAP,
+    LOG_FORMAT,
+    Resolved,
+    Setting,
+    at_least,
+    port_number,
+    positive,
+    resolve,
+)
 
 
-def _timeout(default: float, what: str) -> Setting:
-    return Setting("timeout", default, what, parse=float, env="", check=positive)
+def _timeout(default: float, what: str, key: str = "timeout") -> Setting:
+    return Setting(key, default, what, parse=float, env="", flag="--timeout", check=positive)
 
 
 def _data_dir(env: str, where: str) -> Setting:
@@ -25,7 +35,11 @@ def _data_dir(env: str, where: str) -> Setting:
 
 
 def _port(default: int, env: str, what: str) -> Setting:
-    return Setting("port", default, what, parse=int, env=env, check=at_least(1))
+    return Setting("port", default, what, parse=int, env=env, check=_listen_port)
+
+
+def _listen_port(v: Any) -> str | None:
+    return port_number(v) or (None if v != 0 else "must be a port number, 1..65535")
 
 
 KAFKA_DATA_DIR = _data_dir("OLSTREAM_KAFKA_DATA_DIR", "broker")
@@ -34,24 +48,29 @@ KAFKA_VERSION = Setting("version", DEFAULT_KAFKA_VERSION, "Kafka release (jars f
 KAFKA_UP = (
     KAFKA_DATA_DIR,
     _port(KAFKA_PORT, "OLSTREAM_KAFKA_PORT", "broker port"),
-    Setting("controller_port", None, "KRaft controller port [port+1]", parse=int, env=""),
+    Setting("controller_port", None, "KRaft controller port [port+1]", parse=int, env="", check=port_number),
     KAFKA_VERSION,
-    _timeout(90.0, "seconds to wait for the broker"),
+    _timeout(90.0, "seconds to wait for the broker", "start_timeout"),
     LOG_FORMAT,
 )
-KAFKA_DOWN = (KAFKA_DATA_DIR, _timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
+KAFKA_DOWN = (KAFKA_DATA_DIR, _timeout(30.0, "seconds before SIGKILL", "stop_timeout"), LOG_FORMAT)
 KAFKA_STATUS = (KAFKA_DATA_DIR, LOG_FORMAT)
 
 POSTGRES_DATA_DIR = _data_dir("OLSTREAM_PG_DATA_DIR", "server")
 POSTGRES_PORT = _port(postgres.DEFAULT_PORT, "OLSTREAM_PG_PORT", "server port")
-POSTGRES_UP = (POSTGRES_DATA_DIR, POSTGRES_PORT, _timeout(60.0, "seconds to wait for the server"), LOG_FORMAT)
-POSTGRES_DOWN = (POSTGRES_DATA_DIR, _timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
+POSTGRES_UP = (
+    POSTGRES_DATA_DIR,
+    POSTGRES_PORT,
+    _timeout(60.0, "seconds to wait for the server", "start_timeout"),
+    LOG_FORMAT,
+)
+POSTGRES_DOWN = (POSTGRES_DATA_DIR, _timeout(30.0, "seconds before SIGKILL", "stop_timeout"), LOG_FORMAT)
 POSTGRES_STATUS = (POSTGRES_DATA_DIR, LOG_FORMAT)
 
 MARQUEZ = (
     _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez"),
     _port(marquez.DEFAULT_PORT, "OLSTREAM_MARQUEZ_PORT", "API port"),
-    Setting("admin_port", None, "admin port [port+1]", parse=int, env=""),
+    Setting("admin_port", None, "admin port [port+1]", parse=int, env="", check=port_number),
     Setting("version", marquez.DEFAULT_MARQUEZ_VERSION, "Marquez release", env="OLSTREAM_MARQUEZ_VERSION"),
     Setting(
         "pg_url",

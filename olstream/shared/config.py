@@ -7,28 +7,32 @@ with `add_flags`, and calls `resolve`, which returns a `Resolved` that also reco
 value came from. `docs/configuration.md` is generated from these declarations
 (`python -m olstream.cli.reference`), so a default is written in exactly one place.
 
-The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Top-level keys apply to every
-command; a section named after the command (`source:`, `worker:`, `sink:`, `simulate:`)
-applies to it alone and wins over the top level:
+The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Its top level holds only the
+settings every command shares (`bootstrap`, `log_format`, `log_level`); everything else goes in
+the section of the command it is for (`FILE_SECTIONS`), which also wins over the top level. The
+same name means different things to different commands (`batch_size`, `topic`, `data_dir`), so
+a top-level key that is not shared is an error, not a guess:
 
     bootstrap: kafka-1:9092
     worker:
       job_names: flat
 
-An invalid setting raises `ConfigError` naming the setting, the value and where it came from;
-`olstream.cli.main` prints it as one line and exits 2.
+An empty value (a flag given as "", an empty variable) counts as not given. An invalid setting
+raises `ConfigError` naming the setting, the value and where it came from; `olstream.cli.main`
+prints it as one line and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import yaml
 
@@ -38,20 +42,26 @@ from olstream.shared.logs import REDACTED, redact
 Parse = Callable[[str], Any]
 Check = Callable[[Any], "str | None"]
 
+SECRET_QUERY_KEYS = frozenset(
+    {"password", "pass", "pwd", "secret", "token", "api_key", "apikey", "sslpassword"}
+)
+
 
 def redact_url(value: Any) -> Any:
-    """A URL's password as ***: `postgresql://u:***@h/db`. Anything else as it is."""
+    """A URL with its password and secret query values as ***. Anything else as it is."""
     if not isinstance(value, str) or "://" not in value:
         return value
     try:
         parts = urlsplit(value)
         password = parts.password
+        query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
         return value
-    if not password:
-        return value
-    netloc = parts.netloc.replace(f":{password}@", f":{REDACTED}@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc.replace(f":{password}@", f":{REDACTED}@", 1) if password else parts.netloc
+    if any(k.lower() in SECRET_QUERY_KEYS for k, _ in query):
+        hidden = [(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in query]
+        return urlunsplit(parts._replace(netloc=netloc, query=urlencode(hidden, safe="*")))
+    return urlunsplit(parts._replace(netloc=netloc)) if password else value
 
 
 def parse_bool(text: str) -> bool:
@@ -64,6 +74,22 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
+def _number(kind: Parse, raw: Any) -> int | float:
+    """An int or a finite float from a string or a YAML number (3.7 is not an integer)."""
+    expected = "expected an integer" if kind is int else "expected a finite number"
+    try:
+        if kind is int and isinstance(raw, float):
+            if not raw.is_integer():
+                raise ValueError
+            return int(raw)
+        value: int | float = int(raw) if kind is int else float(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(expected) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(expected)
+    return value
+
+
 def at_least(bound: float) -> Check:
     """A check: the value is >= bound."""
     return lambda v: None if v is None or v >= bound else f"must be at least {bound:g}"
@@ -71,6 +97,17 @@ def at_least(bound: float) -> Check:
 
 def positive(v: Any) -> str | None:
     return None if v is None or v > 0 else "must be positive"
+
+
+def port_number(v: Any) -> str | None:
+    return None if v is None or 0 <= v <= 65535 else "must be a port number, 0..65535"
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level_name(v: Any) -> str | None:
+    return None if v in LOG_LEVELS else f"must be one of {', '.join(LOG_LEVELS)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +124,7 @@ class Setting:
     check: Check | None = None
     secret: bool = False
     switch: bool = False  # a flag without a value (store_true); env/file take true/false
+    shared: bool = False  # every command has it: the file may give it at its top level
 
     @property
     def env_name(self) -> str:
@@ -101,18 +139,15 @@ class Setting:
         if raw is None:
             return None
         if self.switch:
-            value: Any = raw if isinstance(raw, bool) else parse_bool(str(raw))
+            if not isinstance(raw, (bool, str)):
+                raise ValueError("expected true or false")
+            value: Any = raw if isinstance(raw, bool) else parse_bool(raw)
+        elif isinstance(raw, (bool, list, dict)):  # YAML values of the wrong kind
+            raise ValueError("expected a number" if self.parse in (int, float) else "expected a string")
         elif self.parse in (int, float):
-            if isinstance(raw, bool):
-                raise ValueError("expected a number")
-            try:
-                value = self.parse(raw)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    "expected an integer" if self.parse is int else "expected a number"
-                ) from None
+            value = _number(self.parse, raw)
         else:
-            value = self.parse(raw if isinstance(raw, str) or self.parse is not str else str(raw))
+            value = self.parse(raw if isinstance(raw, str) else str(raw))
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.key.replace('_', ' ')} must be one of {', '.join(self.choices)}")
         if self.check is not None:
@@ -123,14 +158,25 @@ class Setting:
 
 
 # Settings every service reads, declared here once.
-BOOTSTRAP = Setting("bootstrap", "127.0.0.1:9092", "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]")
-LOG_FORMAT = Setting("log_format", "text", "log lines as text or JSON", choices=("text", "json"))
-LOG_LEVEL = Setting("log_level", "INFO", "log level", parse=str.upper)
-METRICS_PORT = Setting(
-    "metrics_port", 0, "serve Prometheus metrics on this port (0: off)", parse=int, check=at_least(0)
+BOOTSTRAP = Setting(
+    "bootstrap", "127.0.0.1:9092", "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]", shared=True
 )
-CONFIG_FILE = Setting("config", None, "YAML file of settings (top level: every command; section: one)")
-COMMON = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL, METRICS_PORT)
+LOG_FORMAT = Setting("log_format", "text", "log lines as text or JSON", choices=("text", "json"), shared=True)
+LOG_LEVEL = Setting(
+    "log_level",
+    "INFO",
+    "log level (DEBUG, INFO, WARNING, ERROR)",
+    parse=str.upper,
+    check=log_level_name,
+    shared=True,
+)
+METRICS_PORT = Setting(
+    "metrics_port", 0, "serve Prometheus metrics on this port (0: off)", parse=int, check=port_number
+)
+CONFIG_FILE = Setting("config", None, "YAML file of settings (top level: shared ones; a section per command)")
+SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
+FILE_SECTIONS = ("source", "worker", "sink", "simulate", "kafka", "postgres", "marquez", "demo", "status")
+"""The sections of the configuration file: one per command (kafka, postgres, marquez: every action)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +191,12 @@ class Resolved:
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
+    def with_value(self, key: str, value: Any, origin: str) -> Resolved:
+        """A copy with one value filled in (a default derived from another setting)."""
+        return Resolved(
+            self.command, {**self.values, key: value}, {**self.origins, key: origin}, self.secrets
+        )
+
     def describe(self) -> dict[str, Any]:
         """Values with secrets redacted, then `sources`: where each came from."""
         doc = {k: (REDACTED if k in self.secrets and v else redact_url(v)) for k, v in self.values.items()}
@@ -157,16 +209,27 @@ class Resolved:
 
 @dataclass(frozen=True)
 class FileLayer:
-    """Values read from a file, with the name to show as their origin."""
+    """Values read from a file, with the name to show as their origin.
+
+    `values` are the command's own (its section); `shared` the top level's, which only settings
+    every command shares (`Setting.shared`) take.
+    """
 
     values: Mapping[str, Any] = field(default_factory=dict)
     origin: str = ""
+    shared: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, s: Setting) -> Any:
+        value = self.values.get(s.key)
+        if value is None and s.shared:
+            value = self.shared.get(s.key)
+        return value
 
 
 def add_flags(parser: argparse.ArgumentParser | Any, settings: Iterable[Setting]) -> None:
     """One flag per setting (default None, so the resolver sees what was given), plus --config."""
     for s in (*settings, CONFIG_FILE):
-        if not s.flag_name or s.flag == "":
+        if not s.flag_name:
             continue
         where = [f"env {s.env_name}"] if s.env_name else []
         if s.default is not None and not s.secret:
@@ -184,23 +247,40 @@ def add_print_config(parser: argparse.ArgumentParser | Any) -> None:
     )
 
 
-def read_file(path: str, command: str) -> FileLayer:
-    """The settings a YAML file gives `command`: its top level, overridden by its section."""
+def read_yaml(path: str, what: str) -> Any:
+    """A YAML file's document, or a ConfigError naming the file (missing, not UTF-8, not YAML)."""
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
-        raise ConfigError(f"cannot read the configuration file {path}: {e.strerror}") from e
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {e.reason}") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"the configuration file {path} is not YAML: {' '.join(str(e).split())}") from e
+        raise ConfigError(f"{what} {path} is not YAML: {' '.join(str(e).split())}") from e
+
+
+def read_file(path: str, command: str) -> FileLayer:
+    """The settings a YAML file gives `command`: its section, and the shared settings of its top level."""
+    doc = read_yaml(path, "the configuration file") or {}
     if not isinstance(doc, dict):
         raise ConfigError(f"the configuration file {path} must hold a mapping of settings")
-    values = {_key(k): v for k, v in doc.items() if not isinstance(v, dict)}
-    section = doc.get(command)
-    if section is not None:
-        if not isinstance(section, dict):
-            raise ConfigError(f"{path}: the `{command}` section must be a mapping")
-        values.update({_key(k): v for k, v in section.items()})
-    return FileLayer(values, f"file {path}")
+    shared_keys = {s.key for s in SHARED}
+    shared: dict[str, Any] = {}
+    for name, value in doc.items():
+        key = _key(name)
+        if key in FILE_SECTIONS or key == command:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: `{key}` is the section of `olstream {key}` and must be a mapping")
+        elif key in shared_keys:
+            shared[key] = value
+        else:
+            raise ConfigError(
+                f"{path}: the top-level key `{key}` is not a setting every command shares "
+                f"({', '.join(sorted(shared_keys))}); put it in the section of its command "
+                f"({', '.join(FILE_SECTIONS)})"
+            )
+    section = doc.get(command) or {}
+    return FileLayer({_key(k): v for k, v in section.items()}, f"file {path}", shared)
 
 
 def _key(name: Any) -> str:
@@ -212,30 +292,30 @@ def resolve(
     settings: Sequence[Setting],
     flags: Mapping[str, Any],
     environ: Mapping[str, str],
-    files: Sequence[FileLayer] = (),
+    more_files: Sequence[FileLayer] = (),
 ) -> Resolved:
     """Each setting from its flag, else its environment variable, else the files, else its default.
 
-    `flags` is `vars(args)` (None: not given). With no `files`, the file named by --config or
-    OLSTREAM_CONFIG is read. Keys a file gives that no setting of the command declares are
-    ignored, so one file can serve every command.
+    `flags` is `vars(args)` (None or "": not given). The file named by --config or
+    OLSTREAM_CONFIG comes first, then `more_files` (the sink's openlineage.yml). A key of the
+    command's section that no setting declares is ignored (a section such as `kafka:` serves
+    several actions).
     """
-    if not files:
-        path = flags.get("config") or environ.get(CONFIG_FILE.env_name)
-        files = (read_file(str(path), command),) if path else ()
+    path = flags.get("config") or environ.get(CONFIG_FILE.env_name)
+    files = ((read_file(str(path), command),) if path else ()) + tuple(more_files)
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for s in settings:
         raw: Any = None
         origin = "default"
-        if flags.get(s.key) is not None:
+        if flags.get(s.key) not in (None, ""):
             raw, origin = flags[s.key], "flag"
         elif s.env_name and environ.get(s.env_name):
             raw, origin = environ[s.env_name], f"env {s.env_name}"
         else:
             for layer in files:
-                if layer.values.get(s.key) is not None:
-                    raw, origin = layer.values[s.key], layer.origin
+                if layer.get(s) is not None:
+                    raw, origin = layer.get(s), layer.origin
                     break
         if raw is None:
             values[s.key], origins[s.key] = s.default, "default"
@@ -243,7 +323,7 @@ def resolve(
         try:
             values[s.key] = s.convert(raw)
         except (TypeError, ValueError) as e:
-            shown = REDACTED if s.secret else repr(raw)
+            shown = REDACTED if s.secret else repr(redact_url(raw))
             where = f"flag {s.flag_name}" if origin == "flag" else origin
             raise ConfigError(f"invalid {command} setting {s.key} {shown} (from {where}): {e}") from e
         origins[s.key] = origin

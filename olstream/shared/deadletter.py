@@ -25,7 +25,7 @@ HTTP_RESPONSE = "olstream.response"
 RESPONSE_LIMIT = 1024
 """Bytes of a receiver's answer kept in `olstream.response`."""
 REJECTED = "rejected"
-"""`olstream.error` of an event the receiver refused (a 4xx other than 408/429)."""
+"""`olstream.error` of an event the receiver refused (400, 413 or 422: `connectors/sink/delivery.py`)."""
 
 Headers = list[tuple[str, str | bytes | None]]
 

@@ -46,11 +46,12 @@ class ExitCode(IntEnum):
 EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done: `--until-idle` reached its end, a signal stopped the command after a flush, "
     "`--print-config`, or a check passed",
-    ExitCode.FAILED: "failed while running: Kafka refused a record, the event log or a receiver failed, "
-    "a local service could not be started or stopped",
-    ExitCode.CONFIG: "cannot start as configured: an invalid setting or flag, an event log that cannot be "
-    "opened, Kafka unreachable at start, a faust without a private name the worker needs; "
-    "nothing was done, and stderr names the setting",
+    ExitCode.FAILED: "failed while running: Kafka refused a record, the event log or a receiver failed; "
+    "`log simulate` could not open its log; a local service (kafka, postgres, marquez) could not be "
+    "started, stopped or asked; the demo failed",
+    ExitCode.CONFIG: "cannot start as configured, and nothing was done: an invalid setting or flag (stderr "
+    "names it); the source's event log that cannot be opened; Kafka unreachable when the source or the "
+    "worker starts; a faust without a private name the worker needs",
     ExitCode.NOT_RUNNING: "`olstream kafka status`, `olstream postgres status`: the local service is not "
     "running",
     ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "

@@ -3,8 +3,8 @@
 The worker and the sink are idle when every partition they own is consumed to its end and the
 consumed offsets are committed: `consumed_to_end` over the partitions' watermarks and the
 positions (committed offsets) they have. The source is idle when it is caught up with the event
-log and nothing new has arrived for a quiet period (`QuietPeriod`); the demo waits until the
-sink's group is `consumed_to_end` on the events topic.
+log and nothing new has arrived for a quiet period (`QuietPeriod`). (The demo's wait is not
+`--until-idle`: it follows its own progress bars until every run's terminal event is delivered.)
 """
 
 from __future__ import annotations

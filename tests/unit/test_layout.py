@@ -20,7 +20,6 @@ PACKAGE = REPO / "olstream"
 
 # (prefix, floor); the longest matching prefix names a module's part
 PARTS = (
-    ("olstream", 0),  # the package itself: __version__ only
     ("olstream.shared", 0),
     ("olstream.contract", 1),
     ("olstream.eventlog", 2),
@@ -33,6 +32,7 @@ PARTS = (
     ("olstream.cli", 6),
     ("olstream.__main__", 6),
 )
+ROOT_MODULE = ("olstream", 0)  # the package's own __init__: __version__ only
 SERVICES = ("olstream.connectors.source", "olstream.connectors.sink", "olstream.streams")
 
 
@@ -70,8 +70,13 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 
 
 def part_of(module: str) -> tuple[str, int]:
-    best = max((p for p in PARTS if module == p[0] or module.startswith(p[0] + ".")), key=lambda p: len(p[0]))
-    return best
+    """The part a module belongs to (the longest matching prefix); a KeyError for a module of none."""
+    if module == ROOT_MODULE[0]:
+        return ROOT_MODULE
+    matches = [p for p in PARTS if module == p[0] or module.startswith(p[0] + ".")]
+    if not matches:
+        raise KeyError(f"{module} is on no floor: add its folder to PARTS (and to docs/architecture.md)")
+    return max(matches, key=lambda p: len(p[0]))
 
 
 def graph() -> dict[str, set[str]]:
@@ -132,7 +137,9 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_module_belongs_to_a_floor() -> None:
     for module in modules():
-        assert part_of(module), module
+        part_of(module)
+    with pytest.raises(KeyError, match="on no floor"):
+        part_of("olstream.newfolder.thing")
 
 
 def test_no_import_goes_up_a_floor_or_across_services() -> None:

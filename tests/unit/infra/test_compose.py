@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,12 +155,30 @@ def test_healthchecks_use_the_metrics_port_of_the_command(compose: dict[str, Any
         assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"])
 
 
+def _symlink_targets(package: Path) -> set[str]:
+    """The top-level folders the package's symlinks point at (connectors, streams, avro)."""
+    targets = set()
+    for root, dirs, _files in os.walk(package):
+        for d in dirs:
+            link = Path(root) / d
+            if link.is_symlink():
+                targets.add(link.resolve().relative_to(ROOT).parts[0])
+    return targets
+
+
 def test_dockerfile_installs_every_package_and_runs_olstream() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(r"^FROM python:3\.11", text, re.M)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for package in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
+    wheel = project["tool"]["hatch"]["build"]["targets"]["wheel"]
+    for package in wheel["packages"]:
         assert re.search(rf"^COPY {package} ", text, re.M), package
+    # the package's symlinks point at these folders, and the wheel force-includes these files:
+    # the image must hold them all, or `pip install .` fails or installs a package without them
+    for folder in _symlink_targets(ROOT / "olstream"):
+        assert re.search(rf"^COPY {folder} ", text, re.M), folder
+    for included in wheel.get("force-include", {}):
+        assert re.search(rf"^COPY {re.escape(included)} ", text, re.M), included
     assert re.search(r"^COPY avro ", text, re.M)
     assert 'ENTRYPOINT ["olstream"]' in text
     assert re.search(r"^USER ", text, re.M)

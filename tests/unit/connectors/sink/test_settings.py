@@ -125,7 +125,7 @@ def test_the_api_key_never_reaches_logs_or_a_printed_config(
     try:
         for fmt in ("text", "json"):
             setup_logging(fmt)
-            log = logging.getLogger("olstream.connectors.openlineage.test")
+            log = logging.getLogger("olstream.connectors.sink.test")
             log.error("receiver refused Authorization: Bearer %s (settings %s)", settings.api_key, settings)
             try:
                 raise ValueError(f"boom {KEY}")
