@@ -3,41 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
 
+from olstream.cli.commands import add_actions, resolve_unless_printed
 from olstream.infra import kafka
 from olstream.infra.kafka_config import KafkaSettings, default_data_dir
 from olstream.infra.settings import KAFKA_DOWN, KAFKA_STATUS, KAFKA_UP, data_dir_of
-from olstream.shared.config import Resolved, Setting, add_flags, add_print_config, print_config, resolve
+from olstream.shared.config import Resolved, Setting
 from olstream.shared.errors import ExitCode, OlstreamError
 from olstream.shared.logs import setup_logging
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add `kafka up`, `kafka down` and `kafka status`."""
-    parser = subparsers.add_parser("kafka", help="run a local single-node Kafka broker (KRaft)")
-    actions = parser.add_subparsers(dest="kafka_command", metavar="ACTION", required=True)
-    for name, helptext, settings, func in (
-        ("up", "start the broker (no-op when it already runs)", KAFKA_UP, run_up),
-        ("down", "stop the broker started with the same --data-dir", KAFKA_DOWN, run_down),
-        ("status", "say whether the broker runs, its version and address", KAFKA_STATUS, run_status),
-    ):
-        p = actions.add_parser(name, help=helptext)
-        add_flags(p, settings)
-        add_print_config(p)
-        p.set_defaults(func=func)
+    add_actions(
+        subparsers,
+        "kafka",
+        "run a local single-node Kafka broker (KRaft)",
+        (
+            ("up", "start the broker (no-op when it already runs)", KAFKA_UP, run_up),
+            ("down", "stop the broker started with the same --data-dir", KAFKA_DOWN, run_down),
+            ("status", "say whether the broker runs, its version and address", KAFKA_STATUS, run_status),
+        ),
+    )
 
 
 def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...]) -> Resolved | None:
     """The resolved settings, or None after printing them for --print-config."""
-    r = resolve("kafka", settings, vars(args), os.environ)
-    if args.print_config:
-        print_config(r)
-        return None
-    setup_logging(r["log_format"], "INFO" if args.kafka_command == "up" else "WARNING")
+    r = resolve_unless_printed("kafka", settings, args)
+    if r is not None:
+        setup_logging(r["log_format"], "INFO" if args.kafka_command == "up" else "WARNING")
     return r
 
 

@@ -3,41 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
 
+from olstream.cli.commands import add_actions, resolve_unless_printed
 from olstream.infra import postgres
 from olstream.infra.postgres import PostgresSettings
 from olstream.infra.settings import POSTGRES_DOWN, POSTGRES_STATUS, POSTGRES_UP, data_dir_of
-from olstream.shared.config import Resolved, Setting, add_flags, add_print_config, print_config, resolve
+from olstream.shared.config import Resolved, Setting
 from olstream.shared.errors import ExitCode, OlstreamError
 from olstream.shared.logs import setup_logging
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add `postgres up`, `postgres down` and `postgres status`."""
-    parser = subparsers.add_parser("postgres", help="run a local PostgreSQL server")
-    actions = parser.add_subparsers(dest="postgres_command", metavar="ACTION", required=True)
-    for name, helptext, settings, func in (
-        ("up", "start the server (no-op when it already runs); prints its URL", POSTGRES_UP, run_up),
-        ("down", "stop the server started with the same --data-dir", POSTGRES_DOWN, run_down),
-        ("status", "say whether the server runs, its version and URL", POSTGRES_STATUS, run_status),
-    ):
-        p = actions.add_parser(name, help=helptext)
-        add_flags(p, settings)
-        add_print_config(p)
-        p.set_defaults(func=func)
+    add_actions(
+        subparsers,
+        "postgres",
+        "run a local PostgreSQL server",
+        (
+            ("up", "start the server (no-op when it already runs); prints its URL", POSTGRES_UP, run_up),
+            ("down", "stop the server started with the same --data-dir", POSTGRES_DOWN, run_down),
+            ("status", "say whether the server runs, its version and URL", POSTGRES_STATUS, run_status),
+        ),
+    )
 
 
 def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...]) -> Resolved | None:
     """The resolved settings, or None after printing them for --print-config."""
-    r = resolve("postgres", settings, vars(args), os.environ)
-    if args.print_config:
-        print_config(r)
-        return None
-    setup_logging(r["log_format"], "WARNING" if args.postgres_command == "status" else "INFO")
+    r = resolve_unless_printed("postgres", settings, args)
+    if r is not None:
+        setup_logging(r["log_format"], "WARNING" if args.postgres_command == "status" else "INFO")
     return r
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from olstream.cli.commands import add_actions, resolve_unless_printed
 from olstream.infra.settings import DEMO, MARQUEZ, STATUS, local_postgres
 from olstream.shared.config import add_flags, add_print_config, print_config, resolve
 from olstream.shared.errors import ExitCode, OlstreamError
@@ -103,9 +104,8 @@ def _run_status(args: argparse.Namespace) -> int:
 
     from olstream.infra import status
 
-    r = resolve("status", STATUS, vars(args), os.environ)
-    if args.print_config:
-        print_config(r)
+    r = resolve_unless_printed("status", STATUS, args)
+    if r is None:
         return ExitCode.OK
     setup_logging("text", "WARNING")
     bootstrap = r["bootstrap"]
@@ -121,36 +121,34 @@ def _run_status(args: argparse.Namespace) -> int:
 
 
 def _register_marquez(subparsers: argparse._SubParsersAction[Any]) -> None:
-    parser = subparsers.add_parser("marquez", help="run a local Marquez API server (from Maven Central)")
-    actions = parser.add_subparsers(dest="marquez_command", metavar="ACTION", required=True)
-    for name, helptext in (
-        ("up", "start Marquez (no-op when it runs)"),
-        ("down", "stop the Marquez of --data-dir"),
-        ("status", "say whether it runs"),
-    ):
-        p = actions.add_parser(name, help=helptext)
-        add_flags(p, MARQUEZ)
-        add_print_config(p)
-        p.set_defaults(func=_run_marquez, marquez_action=name)
+    add_actions(
+        subparsers,
+        "marquez",
+        "run a local Marquez API server (from Maven Central)",
+        (
+            ("up", "start Marquez (no-op when it runs)", MARQUEZ, _run_marquez),
+            ("down", "stop the Marquez of --data-dir", MARQUEZ, _run_marquez),
+            ("status", "say whether it runs", MARQUEZ, _run_marquez),
+        ),
+    )
 
 
 def _run_marquez(args: argparse.Namespace) -> int:
     from olstream.infra import marquez
 
-    r = resolve("marquez", MARQUEZ, vars(args), os.environ)
-    if args.print_config:
-        print_config(r)
+    r = resolve_unless_printed("marquez", MARQUEZ, args)
+    if r is None:
         return ExitCode.OK
     setup_logging(r["log_format"], "INFO")
     try:
-        settings = marquez.settings_of(r.values, args.marquez_action, local_postgres(os.environ))
-        if args.marquez_action == "up":
+        settings = marquez.settings_of(r.values, args.marquez_command, local_postgres(os.environ))
+        if args.marquez_command == "up":
             print(f"Marquez API at {marquez.up(settings)}")
-        elif args.marquez_action == "down":
+        elif args.marquez_command == "down":
             print("stopped" if marquez.down(settings) else "not running")
         else:
             print(marquez.status(settings))
     except OlstreamError as e:
-        print(f"olstream marquez {args.marquez_action}: {e}", file=sys.stderr)
+        print(f"olstream marquez {args.marquez_command}: {e}", file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK

@@ -314,8 +314,8 @@ def resolve(
             raw, origin = environ[s.env_name], f"env {s.env_name}"
         else:
             for layer in files:
-                if layer.get(s) is not None:
-                    raw, origin = layer.get(s), layer.origin
+                if (given := layer.get(s)) is not None:
+                    raw, origin = given, layer.origin
                     break
         if raw is None:
             values[s.key], origins[s.key] = s.default, "default"

@@ -57,15 +57,6 @@ def _int_header(headers: Any, name: str) -> int | None:
         return None
 
 
-def _set_current_event(event: Any) -> None:
-    """Route table reads/writes to the event's partition (store DB and changelog partition).
-
-    Only this task's context is touched, never the stream attribute that
-    take_events' buffer task reads.
-    """
-    faust_private.set_current_event(event)
-
-
 class StreamWorker(InputOrder):
     """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
 
@@ -138,7 +129,7 @@ class StreamWorker(InputOrder):
         for rid, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
-            _set_current_event(event)
+            faust_private.set_current_event(event)  # the table writes to the event's partition
             key = rid.encode("utf-8")
             if state is None:
                 self.cache.pop(rid, None)
@@ -182,7 +173,7 @@ class StreamWorker(InputOrder):
             self.rescan()
         if not self.batch:
             self.batch_started = time.monotonic()
-        _set_current_event(event)
+        faust_private.set_current_event(event)  # table reads and writes go to the event's partition
         t = time.perf_counter()
         self.handle_event(event)
         self.busy_seconds += time.perf_counter() - t

@@ -134,7 +134,10 @@ AiokafkaTransport = _aiokafka_driver.Transport
 
 def set_current_event(event: EventT[Any] | None) -> Token[weakref.ReferenceType[EventT[Any]] | None]:
     """Make `event` the current event of this task's context (None: no current event), as faust's
-    stream does before it hands an event over; the token resets it (reset_current_event)."""
+    stream does before it hands an event over; the token resets it (reset_current_event).
+
+    The table routes reads and writes by it (store DB and changelog partition). Only this task's
+    context is touched, never the stream attribute that take_events' buffer task reads."""
     return faust.streams._current_event.set(None if event is None else weakref.ref(event))
 
 

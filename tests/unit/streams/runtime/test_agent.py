@@ -61,7 +61,7 @@ class FakeMessage:
         return TP(self.topic, self.partition)
 
 
-@dataclass(eq=False)  # weak-referenceable, as faust's events are (agent._set_current_event)
+@dataclass(eq=False)  # weak-referenceable, as faust's events are (faust_private.set_current_event)
 class FakeEvent:
     message: FakeMessage
     value: bytes
