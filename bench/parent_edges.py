@@ -39,7 +39,7 @@ def count(runs: int, seed: int, partitions: int, job_names: str) -> tuple[int, i
         record = codec.decode(row.payload, row.partition, row.offset)
         step = apply(record, cfg, table.get, home=0)
         if step.write is not None:
-            table[step.engine_run_id] = step.write
+            table[step.key] = step.write
         if isinstance(record, RunStarted) and record.parent is not None and step.outputs:
             children += 1
             with_edge += "parent" in json.loads(step.outputs[0].value)["run"]["facets"]

@@ -28,7 +28,7 @@ class Output:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    engine_run_id: str
+    key: str  # the run's key in the table (`state.state_key`): where `write` is stored
     write: st.RunState | None = None
     outputs: tuple[Output, ...] = ()
     parent_not_visible: bool = False
@@ -54,25 +54,30 @@ def _unknown(record: DatasetDeclared | RunEnded, what: str) -> st.StreamInputErr
     )
 
 
-def _same_log_partition(lookup: st.Lookup, log_partition: int) -> st.Lookup:
-    """Resolve incomplete parent references only from runs of the same log partition.
+def _in_log_partition(lookup: st.Lookup, log_partition: int) -> st.Lookup:
+    """Engine run id -> the state of that run on this log partition (`state.state_key`).
 
-    Those are always applied before the child (one log partition is one ordered
-    stream), so the result does not depend on Kafka partition counts, worker
-    assignment or timing: every worker resolves the same parents.
+    The run itself, and its parents and roots for incomplete references, are looked up only among
+    runs of the record's own log partition. Those are always applied before the record (one log
+    partition is one ordered stream), so the result does not depend on Kafka partition counts,
+    worker assignment or timing, and an engine run id reused on another log partition is another run.
     """
 
     def get(engine_run_id: str) -> st.RunState | None:
-        s = lookup(engine_run_id)
-        return s if s is not None and s.start_position[0] == log_partition else None
+        return lookup(st.state_key(log_partition, engine_run_id))
 
     return get
 
 
 def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> Step:
-    """Apply one record; raises StreamInputError for input that cannot be applied."""
+    """Apply one record; raises StreamInputError for input that cannot be applied.
+
+    `lookup` reads the table by state key (`state.state_key`); the step's `write` goes under `key`.
+    """
     rid = record.engine_run_id
-    current = lookup(rid)
+    key = st.state_key(record.partition, rid)
+    local = _in_log_partition(lookup, record.partition)
+    current = local(rid)
     if isinstance(record, RunStarted):
         if current is not None:
             if current.start_position != (record.partition, record.offset):
@@ -87,14 +92,12 @@ def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> S
                 # the run already ended, and the agent stores state only after its events were
                 # acknowledged: the START was delivered; re-sending it after the terminal event
                 # would reopen the run in consumers such as Marquez
-                return Step(rid, replay=True)
+                return Step(key, replay=True)
             # replay: re-emit the identical START from the stored state, never a new one
-            return Step(rid, outputs=(_start_output(cfg, current),), replay=True)
-        started = st.start(
-            record, cfg.job_prefix, _same_log_partition(lookup, record.partition), home, cfg.hierarchical
-        )
+            return Step(key, outputs=(_start_output(cfg, current),), replay=True)
+        started = st.start(record, cfg.job_prefix, local, home, cfg.hierarchical)
         return Step(
-            rid,
+            key,
             write=started.state,
             outputs=(_start_output(cfg, started.state),),
             parent_not_visible=started.parent_not_visible,
@@ -104,10 +107,10 @@ def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> S
         if current is None:
             raise _unknown(record, "dataset declaration")
         declared = st.declare(current, record)
-        return Step(rid, write=declared, replay=declared is None)
+        return Step(key, write=declared, replay=declared is None)
     if current is None:
         raise _unknown(record, "run end")
     ended = st.end(current, record)
     if ended is None:
-        return Step(rid, outputs=(_terminal_output(cfg, current),), replay=True)
-    return Step(rid, write=ended, outputs=(_terminal_output(cfg, ended),))
+        return Step(key, outputs=(_terminal_output(cfg, current),), replay=True)
+    return Step(key, write=ended, outputs=(_terminal_output(cfg, ended),))

@@ -3,7 +3,7 @@ and only once no replay can reach their records again.
 
 Pure bookkeeping per *log* partition (a run's records all live in one log partition,
 so its record-time clock does not depend on how log partitions map to Kafka
-partitions). The agent deletes the returned engine run ids from its table while
+partitions). The agent deletes the returned state keys (`state.state_key`) from its table while
 processing a record of the same log partition, so the tombstone lands in the
 changelog partition that holds the state.
 
@@ -30,12 +30,12 @@ DEFAULT_RETENTION_MS = 3_600_000
 class Retention:
     retention_ms: int = DEFAULT_RETENTION_MS
     max_evictions_per_record: int = 64
-    # per log partition: heap of (end_ms, log offset of the RunEnded, engine run id)
+    # per log partition: heap of (end_ms, log offset of the RunEnded, state key)
     _finished: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)
     _clock: dict[int, int] = field(default_factory=dict)
 
-    def note_finished(self, log_partition: int, end_ms: int, end_offset: int, engine_run_id: str) -> None:
-        heapq.heappush(self._finished.setdefault(log_partition, []), (end_ms, end_offset, engine_run_id))
+    def note_finished(self, log_partition: int, end_ms: int, end_offset: int, key: str) -> None:
+        heapq.heappush(self._finished.setdefault(log_partition, []), (end_ms, end_offset, key))
 
     def advance(self, log_partition: int, record_ms: int, committed_offset: int) -> list[str]:
         """Move the partition's record-time clock; the finished runs now past the window whose

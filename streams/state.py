@@ -8,11 +8,9 @@ Times are stored already formatted as RFC 3339 (UTC, microseconds, ``Z``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from olstream.contract.naming import (
     NamespaceError,
@@ -102,12 +100,19 @@ class RunState:
     end: RunEnd | None = None
     home: int = 0  # the input (Kafka) partition whose changelog holds this state
     job_path: str | None = None  # hierarchical names: the run's job path (`naming`); flat: None
+    last_offset: int = -1  # log offset of the last record that changed this state (replays are at or below)
+
+    @property
+    def key(self) -> str:
+        """The run's key in the worker's table (`state_key`)."""
+        return state_key(self.start_position[0], self.engine_run_id)
 
     def evolve(
         self,
         inputs: tuple[DatasetRef, ...] | None = None,
         outputs: tuple[DatasetRef, ...] | None = None,
         end: RunEnd | None = None,
+        last_offset: int | None = None,
     ) -> RunState:
         """A copy with new datasets or a new end (``dataclasses.replace`` costs ~3x as much)."""
         return RunState(
@@ -134,6 +139,7 @@ class RunState:
             end=self.end if end is None else end,
             home=self.home,
             job_path=self.job_path,
+            last_offset=self.last_offset if last_offset is None else last_offset,
         )
 
     @property
@@ -142,95 +148,14 @@ class RunState:
         return self.root or self.parent or self.run
 
 
-# ---------------------------------------------------------------- serialization
+def state_key(log_partition: int, engine_run_id: str) -> str:
+    """A run's key in the worker's table: its log partition and engine run id.
 
-
-def _jobrun_out(j: JobRun | None) -> list[str] | None:
-    return None if j is None else [j.namespace, j.name, j.run_id]
-
-
-def _jobrun_in(v: list[str] | None) -> JobRun | None:
-    return None if v is None else JobRun(v[0], v[1], v[2])
-
-
-def dumps_state(s: RunState) -> bytes:
-    """Compact JSON; starts with ``{"end_ms":`` so a scan can find finished runs without parsing."""
-    end = s.end
-    doc: dict[str, Any] = {
-        "end_ms": None if end is None else end.end_ms,
-        "home": s.home,
-        "id": [
-            s.engine_run_id,
-            s.task_id,
-            s.namespace,
-            s.workflow_type,
-            s.workflow_version,
-            s.workflow_instance,
-        ],
-        "principal": s.principal,
-        "start": [s.start_time, s.start_ms, s.nominal_start_time, s.nominal_end_time],
-        "supersedes": s.supersedes,
-        "run": _jobrun_out(s.run),
-        "parent": _jobrun_out(s.parent),
-        "root": _jobrun_out(s.root),
-        "pos": list(s.start_position),
-        "in": [[d.namespace, d.name, d.version] for d in s.inputs],
-        "out": [[d.namespace, d.name, d.version] for d in s.outputs],
-        "at_start": [s.inputs_at_start, s.outputs_at_start],
-        "end": None
-        if end is None
-        else [
-            end.status,
-            end.end_time,
-            end.error_message,
-            end.error_type,
-            end.stack_trace,
-            list(end.position),
-        ],
-        "path": s.job_path,
-    }
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def loads_state(raw: bytes) -> RunState:
-    d = json.loads(raw)
-    ident, start, end = d["id"], d["start"], d["end"]
-    run = _jobrun_in(d["run"])
-    assert run is not None
-    return RunState(
-        engine_run_id=ident[0],
-        task_id=ident[1],
-        namespace=ident[2],
-        workflow_type=ident[3],
-        workflow_version=ident[4],
-        workflow_instance=ident[5],
-        principal=d["principal"],
-        start_time=start[0],
-        start_ms=start[1],
-        nominal_start_time=start[2],
-        nominal_end_time=start[3],
-        supersedes=d["supersedes"],
-        run=run,
-        parent=_jobrun_in(d["parent"]),
-        root=_jobrun_in(d["root"]),
-        start_position=(d["pos"][0], d["pos"][1]),
-        inputs=tuple(DatasetRef(*x) for x in d["in"]),
-        outputs=tuple(DatasetRef(*x) for x in d["out"]),
-        inputs_at_start=d["at_start"][0],
-        outputs_at_start=d["at_start"][1],
-        end=None
-        if end is None
-        else RunEnd(end[0], end[1], d["end_ms"], end[2], end[3], end[4], (end[5][0], end[5][1])),
-        home=d["home"],
-        job_path=d.get("path"),
-    )
-
-
-def finished_end_ms(raw: bytes) -> int | None:
-    """The end time of a serialized finished run, or None for an open run (cheap prefix parse)."""
-    head = raw[: raw.find(b",")]
-    value = head[len(b'{"end_ms":') :]
-    return None if value == b"null" else int(value)
+    An engine run id is unique within one log partition only (an engine may reuse one on another
+    partition), so two runs with the same id on two log partitions are two runs, whichever worker
+    owns which partition.
+    """
+    return f"{log_partition}:{engine_run_id}"
 
 
 # ---------------------------------------------------------------- transitions
@@ -396,21 +321,35 @@ def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchic
         start_position=(record.partition, record.offset),
         home=home,
         job_path=job_path,
+        last_offset=record.offset,
     )
     return Started(state, lineage.parent_not_visible, too_long)
 
 
+def _replayed(state: RunState, record: DatasetDeclared | RunEnded) -> bool:
+    """A record at or below the last offset that changed the state was applied before."""
+    return record.offset <= state.last_offset
+
+
 def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
-    """The state with the dataset added, or None when it was already declared (a replay or a repeat)."""
+    """The state with the dataset added, or None for a replay or a repeat of a declared dataset.
+
+    After the run's end, any declaration not applied before (a new dataset, or a declared one again,
+    whatever its version) is refused as `declaration_after_end`: it can no longer reach the run's
+    events, and it must not vanish silently.
+    """
+    if _replayed(state, record):
+        return None
     current = state.inputs if record.direction is Direction.INPUT else state.outputs
     try:
         namespace = normalize_namespace(record.dataset_namespace)
     except NamespaceError as e:
         raise _invalid_namespace(e, "dataset_namespace", record) from None
-    for d in current:
-        if d.namespace == namespace and d.name == record.dataset_name:
-            return None
-    if state.end is not None:
+    if state.end is None:
+        for d in current:
+            if d.namespace == namespace and d.name == record.dataset_name:
+                return None
+    else:
         raise StreamInputError(
             "declaration_after_end",
             f"dataset {namespace}/{record.dataset_name} declared after run {record.engine_run_id} ended",
@@ -419,8 +358,8 @@ def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
         )
     added = (*current, DatasetRef(namespace, record.dataset_name, record.version))
     if record.direction is Direction.INPUT:
-        return state.evolve(inputs=added)
-    return state.evolve(outputs=added)
+        return state.evolve(inputs=added, last_offset=record.offset)
+    return state.evolve(outputs=added, last_offset=record.offset)
 
 
 def end(state: RunState, record: RunEnded) -> RunState | None:
@@ -447,4 +386,4 @@ def end(state: RunState, record: RunEnded) -> RunState | None:
         stack_trace=None if err is None else err.stack_trace,
         position=(record.partition, record.offset),
     )
-    return state.evolve(end=finished)
+    return state.evolve(end=finished, last_offset=record.offset)

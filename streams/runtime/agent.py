@@ -33,7 +33,8 @@ from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.sender import Sender
-from olstream.streams.state import RunState, StreamInputError, dumps_state, finished_end_ms, loads_state
+from olstream.streams.state import RunState, StreamInputError
+from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class StreamWorker(InputOrder):
         self.parent_warned = False
         self.path_warned = False
         self.stopping = False
-        # this batch's state changes: engine run id -> (state or None for deleted, event that wrote it)
+        # the batch's state changes: state key -> (state, or None when deleted; the event that wrote it)
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
         # decoded states of the store (bounded LRU), cleared on every rebalance
         self.cache: OrderedDict[str, RunState] = OrderedDict()
@@ -89,32 +90,32 @@ class StreamWorker(InputOrder):
 
     # ------------------------------------------------------------------ state access
 
-    def lookup(self, engine_run_id: str) -> RunState | None:
-        hit = self.overlay.get(engine_run_id)
+    def lookup(self, key: str) -> RunState | None:
+        hit = self.overlay.get(key)
         if hit is not None:
             return hit[0]
         # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
         # current event's partition (Table.get would check membership first, a second read)
-        cached = self.cache.get(engine_run_id)
+        cached = self.cache.get(key)
         if cached is not None:
-            self.cache.move_to_end(engine_run_id)
+            self.cache.move_to_end(key)
             return cached
-        raw = faust_private.raw_get(self.store, engine_run_id.encode("utf-8"))
+        raw = faust_private.raw_get(self.store, key.encode("utf-8"))
         if raw is None:
             return None
         state = loads_state(raw)
-        self.remember(engine_run_id, state)
+        self.remember(key, state)
         return state
 
-    def remember(self, engine_run_id: str, state: RunState) -> None:
+    def remember(self, key: str, state: RunState) -> None:
         """Keep a decoded state (bounded LRU): what is in the store, never anything newer."""
-        self.cache[engine_run_id] = state
-        self.cache.move_to_end(engine_run_id)
+        self.cache[key] = state
+        self.cache.move_to_end(key)
         if len(self.cache) > self.settings.state_cache_size:
             self.cache.popitem(last=False)
 
-    def put(self, engine_run_id: str, state: RunState | None, event: Any) -> None:
-        self.overlay[engine_run_id] = (state, event)
+    def put(self, key: str, state: RunState | None, event: Any) -> None:
+        self.overlay[key] = (state, event)
 
     def write_overlay(self) -> None:
         """Write the batch's state to the table (RocksDB, and faust's changelog producer).
@@ -126,18 +127,18 @@ class StreamWorker(InputOrder):
         overwrite the newer state the new owner has written to the changelog since.
         """
         owned = self.sa.app.consumer.assignment()
-        for rid, (state, event) in self.overlay.items():
+        for name, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
             faust_private.set_current_event(event)  # the table writes to the event's partition
-            key = rid.encode("utf-8")
+            key = name.encode("utf-8")
             if state is None:
-                self.cache.pop(rid, None)
+                self.cache.pop(name, None)
                 if faust_private.raw_get(self.store, key) is not None:
                     del self.table[key]
             else:
                 self.table[key] = dumps_state(state)
-                self.remember(rid, state)
+                self.remember(name, state)
         self.overlay.clear()
 
     def rescan(self) -> None:
@@ -150,7 +151,7 @@ class StreamWorker(InputOrder):
                 s = loads_state(raw)
                 assert s.end is not None
                 log_partition, end = s.start_position[0], s.end
-                self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.engine_run_id)
+                self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.key)
                 count += 1
         self.rescan_needed = False
         self.committed_log.keep_only({tp.partition for tp in self.owned_input_tps()})
@@ -159,10 +160,10 @@ class StreamWorker(InputOrder):
 
     def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
         committed = self.committed_log.committed(log_partition)
-        for rid in self.retention.advance(log_partition, record_ms, committed):
-            s = self.lookup(rid)
+        for key in self.retention.advance(log_partition, record_ms, committed):
+            s = self.lookup(key)
             if s is not None and s.end is not None:
-                self.put(rid, None, event)
+                self.put(key, None, event)
                 m.EVICTED.inc()
 
     # ------------------------------------------------------------------ processing
@@ -240,11 +241,9 @@ class StreamWorker(InputOrder):
             self.reject(event, e.reason, str(e))
             return
         if step.write is not None:
-            self.put(step.engine_run_id, step.write, event)
+            self.put(step.key, step.write, event)
             if isinstance(record, RunEnded) and step.write.end is not None:
-                self.retention.note_finished(
-                    record.partition, step.write.end.end_ms, record.offset, step.engine_run_id
-                )
+                self.retention.note_finished(record.partition, step.write.end.end_ms, record.offset, step.key)
         if step.replay:
             m.REPLAYS.inc()
         if step.parent_not_visible:
@@ -306,6 +305,7 @@ class StreamWorker(InputOrder):
             if raw is not None:
                 headers.append((name, raw))
         self.sender.send(self.settings.errors_topic, msg.key, event.value, headers)
+
 
 def attach(sa: m.StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hook and the idle timer on the app."""

@@ -19,7 +19,7 @@ from olstream.contract.records import (
 )
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.processor import Output, Step, apply
-from olstream.streams.state import RunState
+from olstream.streams.state import RunState, state_key
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
@@ -129,9 +129,13 @@ class Harness:
             step = apply(r, self.cfg, self.table.get, home=0)
             self.steps.append(step)
             if step.write is not None:
-                self.table[step.engine_run_id] = step.write
+                self.table[step.key] = step.write
             outs.extend(step.outputs)
         return outs
+
+    def state(self, engine_run_id: str, log_partition: int = 0) -> RunState:
+        """The stored state of a run (`state_key`)."""
+        return self.table[state_key(log_partition, engine_run_id)]
 
 
 def doc(o: Output) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from olstream.contract.naming import (
 from olstream.contract.records import RunRef, RunStarted, RunStatus
 from olstream.eventlog.writer import EventLogWriter
 from olstream.streams.mapping import MappingConfig
-from olstream.streams.state import StreamInputError, dumps_state, loads_state
+from olstream.streams.state import StreamInputError, state_key
+from olstream.streams.state_store import dumps_state, loads_state
 from tests.support.memory_store import MemoryEventLogStore
 from tests.support.stream_records import T0, Harness, chain, declared, doc, ended, path_ref, ref_of, started
 
@@ -49,7 +50,9 @@ def test_the_job_prefix_comes_once_at_the_front() -> None:
 
 def test_every_event_of_a_child_carries_the_same_parent_facet() -> None:
     root, child = chain(2)
-    outs = Harness().feed(root, child, declared("r1", offset=3), ended("r1", status=RunStatus.FAILED))
+    outs = Harness().feed(
+        root, child, declared("r1", partition=1, offset=3), ended("r1", partition=1, status=RunStatus.FAILED)
+    )
     start, end = doc(outs[1]), doc(outs[2])
     assert start["run"]["facets"]["parent"] == end["run"]["facets"]["parent"]
     assert start["job"] == end["job"]
@@ -134,7 +137,7 @@ def test_hierarchical_state_round_trips_and_replays_identically() -> None:
     runs = chain(3)
     h = Harness()
     first = [o.value for o in h.feed(*runs)]
-    state = h.table["r2"]
+    state = h.state("r2", 2)
     assert state.job_path == "t0@0.t1@1.t2@2"
     assert loads_state(dumps_state(state)) == state
     assert [o.value for o in h.feed(*runs)] == first  # replays re-emit the same bytes
@@ -336,16 +339,15 @@ def test_a_visible_parent_stored_without_a_path_is_extended_by_its_emitted_name(
     parent = started("p", wtype="mid", instance="p", partition=0, parent=ref_of(grand))
     old = Harness(MappingConfig(job_prefix=prefix, job_names="flat"))
     (p_out,) = old.feed(parent)
-    raw = json.loads(dumps_state(old.table["p"]))
+    raw = json.loads(dumps_state(old.state("p")))
     del raw["path"]
     h = Harness(cfg)
-    h.table["p"] = loads_state(json.dumps(raw).encode())
+    h.table[state_key(0, "p")] = loads_state(json.dumps(raw).encode())
     for ref in (RunRef("p"), ref_of(parent)):  # id only, and complete without a path
         (c_out,) = h.feed(started("c" + str(len(h.steps)), wtype="leaf", instance="c", offset=5, parent=ref))
         facet = doc(c_out)["run"]["facets"]["parent"]
         assert facet["job"]["name"] == doc(p_out)["job"]["name"] == f"{prefix}mid@3"
         assert doc(c_out)["job"]["name"] == f"{prefix}mid@3.leaf@3"
-
 
 
 def test_the_writer_and_the_worker_share_the_rule_for_a_parent_named_as_root() -> None:

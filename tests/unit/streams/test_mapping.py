@@ -275,6 +275,9 @@ def test_state_independent_of_time_of_processing_and_worker() -> None:
             "conflicting_end",
         ),
         ([started(), ended(), declared(offset=20, name="late")], "declaration_after_end"),
+        # the same dataset again after the end, with a new version or none: refused too, never dropped
+        ([started(), declared(), ended(), declared(offset=20, version="v2")], "declaration_after_end"),
+        ([started(), declared(), ended(), declared(offset=20)], "declaration_after_end"),
         ([started(), started(offset=3)], "duplicate_start"),
     ],
 )
@@ -343,3 +346,39 @@ def test_written_bytes_equal_json_dumps_of_the_reference_document(cfg: MappingCo
         assert start_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=False))
         if s.end is not None:
             assert terminal_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=True))
+
+
+def test_a_replayed_declaration_after_the_end_is_a_replay_not_an_error() -> None:
+    """Replays reach a state that is ahead of them (it was stored after the batch's sends): a record
+    at or below the last offset that changed the run was applied before and changes nothing."""
+    records = [started(), declared(), declared(offset=2), ended(offset=3)]  # offset 2 repeats offset 1
+    h = Harness()
+    first = [o.value for o in h.feed(*records)]
+    # the whole range again: no START after the end, the identical terminal event, no error
+    assert [o.value for o in h.feed(*records)] == first[-1:]
+    assert all(s.write is None for s in h.steps[len(records) :])
+    assert [d.name for d in h.state("r1").inputs] == ["shop.public.orders"]
+
+
+def test_an_engine_run_id_reused_on_two_log_partitions_gives_two_runs() -> None:
+    """Run state is keyed by (log partition, engine run id): neither run's events are dropped, and the
+    result is the same whether one worker sees both partitions or two workers see one each."""
+    a: list[Record] = [
+        started("r1", partition=0, instance="a"),
+        declared("r1", partition=0, name="a.in"),
+        ended("r1", partition=0),
+    ]
+    b: list[Record] = [
+        started("r1", partition=1, instance="b"),
+        declared("r1", partition=1, name="b.in"),
+        ended("r1", partition=1, status=RunStatus.FAILED),
+    ]
+    interleaved = [x for pair in zip(a, b, strict=True) for x in pair]
+    together = [o.value for o in Harness().feed(*interleaved)]
+    apart = [o.value for o in Harness().feed(*a)] + [o.value for o in Harness().feed(*b)]
+    assert sorted(together) == sorted(apart)
+    docs = [json.loads(v) for v in together]
+    assert [d["eventType"] for d in docs] == ["START", "START", "COMPLETE", "FAIL"]
+    assert len({d["run"]["runId"] for d in docs}) == 2
+    inputs = {d["run"]["runId"]: [i["name"] for i in d["inputs"]] for d in docs if d["eventType"] != "START"}
+    assert sorted(inputs.values()) == [["a.in"], ["b.in"]]

@@ -8,7 +8,8 @@ from olstream.contract.records import RunError, RunStatus
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.processor import apply
 from olstream.streams.retention import CommittedLogPositions, Retention
-from olstream.streams.state import RunState, dumps_state, finished_end_ms, format_time, loads_state
+from olstream.streams.state import RunState, format_time, state_key
+from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
 from tests.support.stream_records import T0, declared, ended, ref_of, started
 
 
@@ -17,8 +18,9 @@ def build(*records) -> RunState:  # type: ignore[no-untyped-def]
     for r in records:
         step = apply(r, MappingConfig(), table.get, home=4)
         if step.write is not None:
-            table[step.engine_run_id] = step.write
-    return table[records[-1].engine_run_id]
+            table[step.key] = step.write
+    last = records[-1]
+    return table[state_key(last.partition, last.engine_run_id)]
 
 
 def test_round_trip_open_and_finished() -> None:
@@ -122,6 +124,7 @@ def test_evolve_copies_every_field() -> None:
         outputs_at_start=1,
         end=RunEnd("completed", "t", 7),
         home=3,
+        last_offset=9,
     )
     s = RunState(**values)  # type: ignore[arg-type]
     assert all(getattr(s, f.name) is not None for f in fields(RunState)), "give every field a value"
@@ -131,3 +134,4 @@ def test_evolve_copies_every_field() -> None:
     assert s.evolve(inputs=added) == replace(s, inputs=added)
     assert s.evolve(outputs=added) == replace(s, outputs=added)
     assert s.evolve(end=other_end) == replace(s, end=other_end)
+    assert s.evolve(last_offset=10) == replace(s, last_offset=10)

@@ -30,7 +30,8 @@ from olstream.streams.runtime import agent
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.settings import WorkerSettings
-from olstream.streams.state import RunState, loads_state
+from olstream.streams.state import RunState, state_key
+from olstream.streams.state_store import loads_state
 from tests.support.stream_records import T0, declared, ended, started
 
 INPUT = "olstream.eventlog"
@@ -140,8 +141,8 @@ class FakeTable:
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.rows.items()))
 
-    def state(self, engine_run_id: str) -> RunState | None:
-        raw = self.rows.get(engine_run_id.encode())
+    def state(self, engine_run_id: str, log_partition: int = 0) -> RunState | None:
+        raw = self.rows.get(state_key(log_partition, engine_run_id).encode())
         return None if raw is None else loads_state(raw)
 
 
@@ -360,8 +361,8 @@ def test_a_batch_sends_in_record_order_then_flushes_then_stores_then_acks(
         ("send", OUTPUT, "COMPLETE", "r2"),
         ("send", OUTPUT, "COMPLETE", "r1"),
         ("flush",),
-        ("set", "r1", 0),  # one write per run, coalesced over the batch
-        ("set", "r2", 0),
+        ("set", "0:r1", 0),  # one write per run, coalesced over the batch
+        ("set", "0:r2", 0),
         ("ack", 0, 0, True),
         ("ack", 0, 1, True),
         ("ack", 0, 2, True),
@@ -407,7 +408,7 @@ def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: 
         ("send", ERRORS, None, None),
         ("send", OUTPUT, "START", "r1"),
         ("flush",),
-        ("set", "r1", 0),
+        ("set", "0:r1", 0),
         ("ack", 0, 0, True),
         ("ack", 0, 1, True),
         ("ack", 0, 2, True),
@@ -489,7 +490,7 @@ def test_records_of_one_run_in_one_batch_see_each_others_state(rig: Rig) -> None
     assert [s for s in trace if s[0] in ("send", "set")] == [
         ("send", OUTPUT, "START", "r1"),
         ("send", OUTPUT, "COMPLETE", "r1"),  # neither record went to the errors topic as unknown_run
-        ("set", "r1", 0),
+        ("set", "0:r1", 0),
     ]
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
@@ -509,7 +510,7 @@ def test_a_later_batch_reads_the_stored_state(rig: Rig) -> None:
     assert [s for s in trace if s[0] in ("send", "set")] == [
         ("send", OUTPUT, "COMPLETE", "r1"),
         ("send", OUTPUT, "COMPLETE", "r1"),
-        ("set", "r1", 0),
+        ("set", "0:r1", 0),
     ]
 
 
@@ -532,7 +533,7 @@ def test_a_finished_run_stays_within_the_window_even_when_its_end_is_committed(r
     assert [s for s in rig.take() if s[0] == "del"] == []
     rig.feed(event_of(started("r3", offset=3, start=later(2.1)), 0, 3))  # 66 s after: past the window
     rig.flush_quiet_batch()
-    assert [s for s in rig.take() if s[0] == "del"] == [("del", "r1", 0)]
+    assert [s for s in rig.take() if s[0] == "del"] == [("del", "0:r1", 0)]
 
 
 def test_a_finished_run_is_evicted_only_once_its_end_is_committed_and_after_the_flush(rig: Rig) -> None:
@@ -555,8 +556,8 @@ def test_a_finished_run_is_evicted_only_once_its_end_is_committed_and_after_the_
     rig.flush_quiet_batch()
     assert rig.take() == [
         ("flush",),
-        ("del", "r1", 0),  # the tombstone goes to the partition of the record that evicted it
-        ("set", "r4", 0),
+        ("del", "0:r1", 0),  # the tombstone goes to the partition of the record that evicted it
+        ("set", "0:r4", 0),
         ("ack", 0, 4, True),
     ]
     assert rig.table.state("r1") is None
@@ -581,9 +582,9 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
         ("send", OUTPUT, "START", "r2"),
         ("send", OUTPUT, "START", "r3"),
         ("flush",),
-        ("set", "r1", 0),
-        ("set", "r2", 0),
-        ("set", "r3", 0),
+        ("set", "0:r1", 0),
+        ("set", "0:r2", 0),
+        ("set", "0:r3", 0),
     ]
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
@@ -591,4 +592,4 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
     rig.tick("committed_timer")  # now the batch is acked and below the committed offset
     rig.feed(event_of(started("r5", offset=4, start=later(32)), 0, 4))
     rig.flush_quiet_batch()
-    assert [s for s in rig.take() if s[0] in ("flush", "del")] == [("flush",), ("del", "r1", 0)]
+    assert [s for s in rig.take() if s[0] in ("flush", "del")] == [("flush",), ("del", "0:r1", 0)]

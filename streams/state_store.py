@@ -1,0 +1,102 @@
+"""A run state's stored form: compact JSON in the worker's table (RocksDB and its changelog).
+
+Every field needed to re-emit a run's events byte for byte is stored (`olstream.streams.state`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from olstream.streams.state import DatasetRef, JobRun, RunEnd, RunState
+
+
+def _jobrun_out(j: JobRun | None) -> list[str] | None:
+    return None if j is None else [j.namespace, j.name, j.run_id]
+
+
+def _jobrun_in(v: list[str] | None) -> JobRun | None:
+    return None if v is None else JobRun(v[0], v[1], v[2])
+
+
+def dumps_state(s: RunState) -> bytes:
+    """Compact JSON; starts with ``{"end_ms":`` so a scan can find finished runs without parsing."""
+    end = s.end
+    doc: dict[str, Any] = {
+        "end_ms": None if end is None else end.end_ms,
+        "home": s.home,
+        "id": [
+            s.engine_run_id,
+            s.task_id,
+            s.namespace,
+            s.workflow_type,
+            s.workflow_version,
+            s.workflow_instance,
+        ],
+        "principal": s.principal,
+        "start": [s.start_time, s.start_ms, s.nominal_start_time, s.nominal_end_time],
+        "supersedes": s.supersedes,
+        "run": _jobrun_out(s.run),
+        "parent": _jobrun_out(s.parent),
+        "root": _jobrun_out(s.root),
+        "pos": list(s.start_position),
+        "in": [[d.namespace, d.name, d.version] for d in s.inputs],
+        "out": [[d.namespace, d.name, d.version] for d in s.outputs],
+        "at_start": [s.inputs_at_start, s.outputs_at_start],
+        "end": None
+        if end is None
+        else [
+            end.status,
+            end.end_time,
+            end.error_message,
+            end.error_type,
+            end.stack_trace,
+            list(end.position),
+        ],
+        "path": s.job_path,
+        "last": s.last_offset,
+    }
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def loads_state(raw: bytes) -> RunState:
+    d = json.loads(raw)
+    ident, start, end = d["id"], d["start"], d["end"]
+    run = _jobrun_in(d["run"])
+    assert run is not None
+    return RunState(
+        engine_run_id=ident[0],
+        task_id=ident[1],
+        namespace=ident[2],
+        workflow_type=ident[3],
+        workflow_version=ident[4],
+        workflow_instance=ident[5],
+        principal=d["principal"],
+        start_time=start[0],
+        start_ms=start[1],
+        nominal_start_time=start[2],
+        nominal_end_time=start[3],
+        supersedes=d["supersedes"],
+        run=run,
+        parent=_jobrun_in(d["parent"]),
+        root=_jobrun_in(d["root"]),
+        start_position=(d["pos"][0], d["pos"][1]),
+        inputs=tuple(DatasetRef(*x) for x in d["in"]),
+        outputs=tuple(DatasetRef(*x) for x in d["out"]),
+        inputs_at_start=d["at_start"][0],
+        outputs_at_start=d["at_start"][1],
+        end=None
+        if end is None
+        else RunEnd(end[0], end[1], d["end_ms"], end[2], end[3], end[4], (end[5][0], end[5][1])),
+        home=d["home"],
+        job_path=d.get("path"),
+        # a state stored before `last_offset` existed: its last change is its end, else its start
+        last_offset=d.get("last", d["pos"][1] if end is None else max(d["pos"][1], end[5][1])),
+    )
+
+
+def finished_end_ms(raw: bytes) -> int | None:
+    """The end time of a serialized finished run, or None for an open run (cheap prefix parse)."""
+    head = raw[: raw.find(b",")]
+    value = head[len(b'{"end_ms":') :]
+    return None if value == b"null" else int(value)
