@@ -17,7 +17,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 
@@ -39,7 +39,35 @@ from olstream.streams.state_store import dumps_state, finished_end_ms, loads_sta
 log = logging.getLogger(__name__)
 
 EX_SEND_FAILED = ExitCode.SEND_FAILED  # leave at once: nothing of the batch is committed
+EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before anything past it is committed
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
+
+
+def exit_on_unexpected(what: str, error: Exception) -> NoReturn:
+    """Stop the process now: faust would restart a crashed agent and commit past the record.
+
+    Exceptions the project raises on purpose for bad input are routed to the errors topic before
+    they get here; anything else is a bug or a broken dependency, and the only safe answer is to
+    leave before the record's offset (or its batch's) can be committed: it is processed again.
+    """
+    log.critical(
+        "%s: unexpected %s: %s; exiting without acking the batch (nothing past the last commit is "
+        "committed; the records are processed again)",
+        what,
+        type(error).__name__,
+        error,
+        exc_info=error,
+    )
+    os._exit(EX_FAILED)
+
+
+def _where(event: Any) -> str:
+    msg = event.message
+    headers = msg.headers
+    return (
+        f"processing the record at topic partition {msg.partition}, offset {msg.offset} (log partition "
+        f"{_int_header(headers, wire.HEADER_PARTITION)}, offset {_int_header(headers, wire.HEADER_OFFSET)})"
+    )
 
 
 def _header(headers: Any, name: str) -> bytes | None:
@@ -181,7 +209,16 @@ class StreamWorker(InputOrder):
         self.batch.append(event)
 
     async def flush_batch(self, stream: Any) -> None:
-        """Wait for the batch's sends, then store its state, then ack its events (in that order)."""
+        """Wait for the batch's sends, then store its state, then ack its events (in that order).
+
+        Any exception other than a failed send ends the process too (`exit_on_unexpected`).
+        """
+        try:
+            await self._flush_batch(stream)
+        except Exception as e:  # not caught to go on: the process ends here
+            exit_on_unexpected("flushing a batch", e)
+
+    async def _flush_batch(self, stream: Any) -> None:
         async with self.lock:
             if not self.batch:
                 return
@@ -319,14 +356,17 @@ def attach(sa: m.StreamApp) -> StreamWorker:
         stream.enable_acks = False
         worker.stream = stream
         async for event in stream.events():
-            if not await worker.admit(event):
-                continue
-            async with worker.lock:
-                token = faust_private.set_current_event(None)
-                try:
-                    worker.add(event)
-                finally:
-                    faust_private.reset_current_event(token)
+            try:
+                if not await worker.admit(event):
+                    continue
+                async with worker.lock:
+                    token = faust_private.set_current_event(None)
+                    try:
+                        worker.add(event)
+                    finally:
+                        faust_private.reset_current_event(token)
+            except Exception as e:  # not caught to go on: the process ends here
+                exit_on_unexpected(_where(event), e)
             if len(worker.batch) >= sa.settings.batch_size:
                 await worker.flush_batch(stream)
 

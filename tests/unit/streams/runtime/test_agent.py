@@ -396,6 +396,45 @@ def test_a_failed_flush_exits_without_storing_or_acking_the_batch(
     assert rig.consumer.ledgers[0].advance() == 0  # the records are processed again after the restart
 
 
+def test_an_unexpected_exception_on_a_record_exits_before_anything_is_acked(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """faust would restart a crashed agent and commit past the record: the process leaves instead."""
+    rig = Rig(monkeypatch, loop, batch_size=10)
+    real_apply = agent.apply
+
+    def failing(record: Record, *args: Any) -> Any:
+        if record.engine_run_id == "r2":
+            raise RuntimeError("injected")
+        return real_apply(record, *args)
+
+    monkeypatch.setattr(agent, "apply", failing)
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    with pytest.raises(Exited) as exited:
+        rig.feed(event_of(started("r2", offset=1, instance="i2"), 0, 1))
+    assert exited.value.code == agent.EX_FAILED != 0
+    assert "ack" not in kinds(rig.take())  # neither the failing record nor the batch before it
+    assert rig.table.rows == {}
+    assert rig.consumer.ledgers[0].advance() == 0
+
+
+def test_an_unexpected_exception_while_flushing_exits_before_the_batch_is_acked(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, batch_size=2)
+
+    def broken() -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(rig.worker, "write_overlay", broken)
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    with pytest.raises(Exited) as exited:
+        rig.feed(event_of(ended("r1", offset=1), 0, 1))
+    assert exited.value.code == agent.EX_FAILED
+    assert "ack" not in kinds(rig.take())
+    assert rig.consumer.ledgers[0].advance() == 0
+
+
 def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: Rig) -> None:
     rig.feed(
         event_of(declared("ghost", offset=0), 0, 0),  # unknown run
