@@ -167,7 +167,8 @@ def _identity_from_ref(ref: RunRef, prefix: str, path: str | None = None) -> Job
     """The run a complete reference names; its job name is `prefix` + `path` (else its own segment)."""
     if not ref.is_complete:
         return None
-    assert ref.namespace and ref.workflow_type and ref.workflow_version is not None
+    # complete: none of them is None (an empty string is a value, named as the run's own would be)
+    assert ref.namespace is not None and ref.workflow_type is not None and ref.workflow_version is not None
     assert ref.workflow_instance is not None and ref.start_time is not None
     return JobRun(
         ref.namespace,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from olstream.infra import kafka, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
@@ -29,6 +30,12 @@ from olstream.infra.postgres import PostgresSettings
 from olstream.infra.process import free_port
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_admin import ensure_topic
+
+# The fuzz tests explore new examples on every local run; CI (CI=true) runs a fixed set, so that a
+# red build always names a reproducible input (the failure prints it either way).
+hypothesis_settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 KAFKA_FIXTURES = {"kafka_bootstrap", "make_topic"}
 POSTGRES_FIXTURES = {"postgres_server", "postgres_url"}

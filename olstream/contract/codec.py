@@ -9,6 +9,9 @@ Records under the current schemas are encoded and decoded by functions generated
 schema (`avro_codegen`, byte-identical to fastavro and several times faster); when encoding
 fails, the closure encoder of `avro_compiled` re-runs to name the offending field. Records
 under an older writer schema go through fastavro's schema resolution.
+
+A record that decodes but carries a time outside what a record can carry (`times`: before the
+epoch, or beyond datetime) raises InvalidTimeError, a DecodeError naming the field.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ from olstream.contract.records import (
     RunStarted,
     RunStatus,
 )
-from olstream.shared.errors import DecodeError
+from olstream.contract.records import from_avro_dict as from_avro_dict  # re-exported
+from olstream.contract.records import to_avro_dict as to_avro_dict  # re-exported
+from olstream.contract.times import DECODED_TIMES_OK, raw_time_problems, read_plain, record_time_problems
+from olstream.shared.errors import DecodeError, InvalidTimeError
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -96,128 +102,6 @@ def fingerprint_of(record_name: str) -> bytes:
     return current_schemas()[record_name].fingerprint
 
 
-def _ref_to_avro(ref: RunRef | None) -> dict[str, Any] | None:
-    if ref is None:
-        return None
-    return {
-        "engine_run_id": ref.engine_run_id,
-        "namespace": ref.namespace,
-        "workflow_type": ref.workflow_type,
-        "workflow_version": ref.workflow_version,
-        "workflow_instance": ref.workflow_instance,
-        "start_time": ref.start_time,
-        "job_name": ref.job_name,
-    }
-
-
-def _ref_from_avro(d: dict[str, Any] | None) -> RunRef | None:
-    if d is None:
-        return None
-    return RunRef(
-        engine_run_id=d["engine_run_id"],
-        namespace=d.get("namespace"),
-        workflow_type=d.get("workflow_type"),
-        workflow_version=d.get("workflow_version"),
-        workflow_instance=d.get("workflow_instance"),
-        start_time=d.get("start_time"),
-        job_name=d.get("job_name"),
-    )
-
-
-def to_avro_dict(record: Record) -> dict[str, Any]:
-    """The record as the dict fastavro writes."""
-    if isinstance(record, RunStarted):
-        return {
-            "partition": record.partition,
-            "offset": record.offset,
-            "append_time": record.append_time,
-            "engine_run_id": record.engine_run_id,
-            "task_id": record.task_id,
-            "namespace": record.namespace,
-            "workflow_type": record.workflow_type,
-            "workflow_version": record.workflow_version,
-            "workflow_instance": record.workflow_instance,
-            "principal": record.principal,
-            "start_time": record.start_time,
-            "nominal_start_time": record.nominal_start_time,
-            "nominal_end_time": record.nominal_end_time,
-            "parent": _ref_to_avro(record.parent),
-            "root": _ref_to_avro(record.root),
-            "supersedes": record.supersedes,
-        }
-    if isinstance(record, DatasetDeclared):
-        return {
-            "partition": record.partition,
-            "offset": record.offset,
-            "append_time": record.append_time,
-            "engine_run_id": record.engine_run_id,
-            "direction": record.direction.value,
-            "key": record.key,
-            "dataset_namespace": record.dataset_namespace,
-            "dataset_name": record.dataset_name,
-            "version": record.version,
-            "time": record.time,
-        }
-    error = record.error
-    return {
-        "partition": record.partition,
-        "offset": record.offset,
-        "append_time": record.append_time,
-        "engine_run_id": record.engine_run_id,
-        "status": record.status.value,
-        "end_time": record.end_time,
-        "error": None
-        if error is None
-        else {"message": error.message, "type": error.type, "stack_trace": error.stack_trace},
-    }
-
-
-def from_avro_dict(record_name: str, d: dict[str, Any]) -> Record:
-    """The frozen record for a dict fastavro read."""
-    if record_name == "RunStarted":
-        return RunStarted(
-            partition=d["partition"],
-            offset=d["offset"],
-            append_time=d["append_time"],
-            engine_run_id=d["engine_run_id"],
-            task_id=d["task_id"],
-            namespace=d["namespace"],
-            workflow_type=d["workflow_type"],
-            workflow_version=d["workflow_version"],
-            workflow_instance=d["workflow_instance"],
-            start_time=d["start_time"],
-            principal=d.get("principal"),
-            nominal_start_time=d.get("nominal_start_time"),
-            nominal_end_time=d.get("nominal_end_time"),
-            parent=_ref_from_avro(d.get("parent")),
-            root=_ref_from_avro(d.get("root")),
-            supersedes=d.get("supersedes"),
-        )
-    if record_name == "DatasetDeclared":
-        return DatasetDeclared(
-            partition=d["partition"],
-            offset=d["offset"],
-            append_time=d["append_time"],
-            engine_run_id=d["engine_run_id"],
-            direction=Direction(d["direction"]),
-            key=d["key"],
-            dataset_namespace=d["dataset_namespace"],
-            dataset_name=d["dataset_name"],
-            version=d.get("version"),
-            time=d["time"],
-        )
-    err = d.get("error")
-    return RunEnded(
-        partition=d["partition"],
-        offset=d["offset"],
-        append_time=d["append_time"],
-        engine_run_id=d["engine_run_id"],
-        status=RunStatus(d["status"]),
-        end_time=d["end_time"],
-        error=None if err is None else RunError(err["message"], err.get("type"), err.get("stack_trace")),
-    )
-
-
 _RECORD_CLASSES: dict[str, type[Any]] = {
     "RunStarted": RunStarted,
     "DatasetDeclared": DatasetDeclared,
@@ -239,11 +123,14 @@ class _RecordCodec:
     prefixes: dict[int, bytes] = field(default_factory=dict)  # partition -> header + partition
 
 
+_TimesOk = Callable[[Any], bool]
+
+
 @cache
-def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, Decoder]]]:
-    """(record class -> its encoders, current fingerprint -> (record name, generated decoder))."""
+def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, Decoder, _TimesOk]]]:
+    """(record class -> its encoders, current fingerprint -> (name, generated decoder, time check))."""
     encoders: dict[type[Any], _RecordCodec] = {}
-    decoders: dict[bytes, tuple[str, Decoder]] = {}
+    decoders: dict[bytes, tuple[str, Decoder, _TimesOk]] = {}
     for name, ws in current_schemas().items():
         raw = json.loads((schema_dir() / ws.source).read_text(encoding="utf-8"))
         head = [(f["name"], f["type"]) for f in raw["fields"][:2]]
@@ -261,7 +148,7 @@ def _compiled() -> tuple[dict[type[Any], _RecordCodec], dict[bytes, tuple[str, D
             tail_fields,
             checked,
         )
-        decoders[ws.fingerprint] = (name, generated.decode)
+        decoders[ws.fingerprint] = (name, generated.decode, DECODED_TIMES_OK[name])
     return encoders, decoders
 
 
@@ -316,25 +203,71 @@ def peek_record_name(data: bytes, partition: int | None = None, offset: int | No
 
 
 _DECODE_ERRORS = (
-    EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, AssertionError, OverflowError,
+    EOFError,
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+    UnicodeDecodeError,
+    AssertionError,
+    OverflowError,
 )
 
 
 def decode(data: bytes, partition: int | None = None, offset: int | None = None) -> Record:
-    """Decode single-object-encoded bytes; raise DecodeError naming the position on any problem."""
+    """Decode single-object-encoded bytes; raise DecodeError naming the position on any problem.
+
+    A time out of range (`times`) raises its subclass InvalidTimeError, naming the field too.
+    """
     if type(data) is not bytes:
         data = bytes(data)  # bytearray / memoryview: slices must be hashable
     fast = _compiled()[1].get(data[2:HEADER_LEN]) if data[:2] == MAGIC else None
     if fast is not None:
-        name, read = fast
+        name, read, times_ok = fast
         try:
             record, end = read(data, HEADER_LEN)
+        except OverflowError as e:  # a time no datetime holds
+            raise _overflow_error(name, data, partition, offset, e) from e
         except _DECODE_ERRORS as e:
             raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e
         if end != len(data):
             raise DecodeError(f"{len(data) - end} trailing bytes after the {name} body", partition, offset)
-        return record  # type: ignore[no-any-return]
+        if times_ok(record):
+            return record  # type: ignore[no-any-return]
+        error = _invalid_time(name, record_time_problems(record), partition, offset, record)
+        if error is None:  # pragma: no cover - the fast check and the full one disagree
+            return record  # type: ignore[no-any-return]
+        raise error
     return _decode_resolving(data, partition, offset)
+
+
+def _invalid_time(
+    name: str, problems: list[tuple[str, str]], partition: int | None, offset: int | None, body: Any
+) -> InvalidTimeError | None:
+    """The error for the time `problems` of a decoded body (a record, or a raw dict); None if none."""
+    if not problems:
+        return None
+    if partition is None:  # name the record by the position it holds
+        get = body.get if isinstance(body, dict) else partial(getattr, body)
+        partition, offset = get("partition"), get("offset")
+    text = "; ".join(f"{name} field {field!r}: {problem}" for field, problem in problems)
+    return InvalidTimeError(text, partition, offset, problems[0][0])
+
+
+def _overflow_error(
+    name: str, data: bytes, partition: int | None, offset: int | None, cause: Exception
+) -> DecodeError:
+    """For a time no datetime holds: InvalidTimeError naming the field when the rest decodes."""
+    fp = data[2:HEADER_LEN]
+    error = None
+    try:
+        body, end = read_plain(fp, known_writer_schemas()[fp].parsed, data, HEADER_LEN)
+        if end != len(data):
+            return DecodeError(f"{len(data) - end} trailing bytes after the {name} body", partition, offset)
+        error = _invalid_time(name, raw_time_problems(name, body), partition, offset, body)
+    except _DECODE_ERRORS:
+        pass
+    return error or DecodeError(f"corrupt {name} body: {type(cause).__name__}: {cause}", partition, offset)
 
 
 def _decode_resolving(data: bytes, partition: int | None, offset: int | None) -> Record:
@@ -354,11 +287,17 @@ def _decode_resolving(data: bytes, partition: int | None, offset: int | None) ->
                 f"{len(data) - buf.tell()} trailing bytes after the {name} body", partition, offset
             )
         assert isinstance(d, dict)
-        return from_avro_dict(name, d)
+        record = from_avro_dict(name, d)
     except DecodeError:
         raise
+    except OverflowError as e:
+        raise _overflow_error(name, data, partition, offset, e) from e
     except _DECODE_ERRORS as e:
         raise DecodeError(f"corrupt {name} body: {type(e).__name__}: {e}", partition, offset) from e
+    error = _invalid_time(name, record_time_problems(record), partition, offset, record)
+    if error is not None:
+        raise error
+    return record
 
 
 def _zigzag_varint(n: int) -> bytes:

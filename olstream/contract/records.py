@@ -1,7 +1,9 @@
 """The engine's durable records as frozen values (the Python side of `avro/`).
 
 Times are timezone-aware UTC datetimes with microsecond precision, as Avro's
-``timestamp-micros`` carries them.
+``timestamp-micros`` carries them, from 1970-01-01T00:00:00Z to datetime's maximum: `times`
+lists every time field and checks them. `to_avro_dict`/`from_avro_dict` are the records as the
+dicts fastavro writes and reads (`codec` re-exports them).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class Direction(StrEnum):
@@ -110,3 +113,125 @@ RECORD_TYPES: dict[str, type[RunStarted] | type[DatasetDeclared] | type[RunEnded
     "DatasetDeclared": DatasetDeclared,
     "RunEnded": RunEnded,
 }
+
+
+def _ref_to_avro(ref: RunRef | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {
+        "engine_run_id": ref.engine_run_id,
+        "namespace": ref.namespace,
+        "workflow_type": ref.workflow_type,
+        "workflow_version": ref.workflow_version,
+        "workflow_instance": ref.workflow_instance,
+        "start_time": ref.start_time,
+        "job_name": ref.job_name,
+    }
+
+
+def _ref_from_avro(d: dict[str, Any] | None) -> RunRef | None:
+    if d is None:
+        return None
+    return RunRef(
+        engine_run_id=d["engine_run_id"],
+        namespace=d.get("namespace"),
+        workflow_type=d.get("workflow_type"),
+        workflow_version=d.get("workflow_version"),
+        workflow_instance=d.get("workflow_instance"),
+        start_time=d.get("start_time"),
+        job_name=d.get("job_name"),
+    )
+
+
+def to_avro_dict(record: Record) -> dict[str, Any]:
+    """The record as the dict fastavro writes."""
+    if isinstance(record, RunStarted):
+        return {
+            "partition": record.partition,
+            "offset": record.offset,
+            "append_time": record.append_time,
+            "engine_run_id": record.engine_run_id,
+            "task_id": record.task_id,
+            "namespace": record.namespace,
+            "workflow_type": record.workflow_type,
+            "workflow_version": record.workflow_version,
+            "workflow_instance": record.workflow_instance,
+            "principal": record.principal,
+            "start_time": record.start_time,
+            "nominal_start_time": record.nominal_start_time,
+            "nominal_end_time": record.nominal_end_time,
+            "parent": _ref_to_avro(record.parent),
+            "root": _ref_to_avro(record.root),
+            "supersedes": record.supersedes,
+        }
+    if isinstance(record, DatasetDeclared):
+        return {
+            "partition": record.partition,
+            "offset": record.offset,
+            "append_time": record.append_time,
+            "engine_run_id": record.engine_run_id,
+            "direction": record.direction.value,
+            "key": record.key,
+            "dataset_namespace": record.dataset_namespace,
+            "dataset_name": record.dataset_name,
+            "version": record.version,
+            "time": record.time,
+        }
+    error = record.error
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "append_time": record.append_time,
+        "engine_run_id": record.engine_run_id,
+        "status": record.status.value,
+        "end_time": record.end_time,
+        "error": None
+        if error is None
+        else {"message": error.message, "type": error.type, "stack_trace": error.stack_trace},
+    }
+
+
+def from_avro_dict(record_name: str, d: dict[str, Any]) -> Record:
+    """The frozen record for a dict fastavro read."""
+    if record_name == "RunStarted":
+        return RunStarted(
+            partition=d["partition"],
+            offset=d["offset"],
+            append_time=d["append_time"],
+            engine_run_id=d["engine_run_id"],
+            task_id=d["task_id"],
+            namespace=d["namespace"],
+            workflow_type=d["workflow_type"],
+            workflow_version=d["workflow_version"],
+            workflow_instance=d["workflow_instance"],
+            start_time=d["start_time"],
+            principal=d.get("principal"),
+            nominal_start_time=d.get("nominal_start_time"),
+            nominal_end_time=d.get("nominal_end_time"),
+            parent=_ref_from_avro(d.get("parent")),
+            root=_ref_from_avro(d.get("root")),
+            supersedes=d.get("supersedes"),
+        )
+    if record_name == "DatasetDeclared":
+        return DatasetDeclared(
+            partition=d["partition"],
+            offset=d["offset"],
+            append_time=d["append_time"],
+            engine_run_id=d["engine_run_id"],
+            direction=Direction(d["direction"]),
+            key=d["key"],
+            dataset_namespace=d["dataset_namespace"],
+            dataset_name=d["dataset_name"],
+            version=d.get("version"),
+            time=d["time"],
+        )
+    err = d.get("error")
+    return RunEnded(
+        partition=d["partition"],
+        offset=d["offset"],
+        append_time=d["append_time"],
+        engine_run_id=d["engine_run_id"],
+        status=RunStatus(d["status"]),
+        end_time=d["end_time"],
+        error=None if err is None else RunError(err["message"], err.get("type"), err.get("stack_trace")),
+    )

@@ -12,7 +12,8 @@ from olstream.contract.naming import (
     path_ends_with,
     with_job_namespace,
 )
-from olstream.contract.records import RunRef, RunStatus
+from olstream.contract.records import Record, RunRef, RunStatus
+from olstream.contract.times import record_time_problems, time_problem
 
 
 def require_text(field_name: str, value: object) -> str:
@@ -28,13 +29,24 @@ def optional_text(field_name: str, value: object) -> str | None:
 
 
 def require_time(field_name: str, value: object) -> datetime:
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ValueError(f"{field_name} must be a timezone-aware datetime, got {value!r}")
+    """`value` if it is a time a record can carry (aware, within `contract.times`' range)."""
+    problem = time_problem(value)
+    if problem is not None:
+        raise ValueError(f"{field_name} {problem}")
+    assert isinstance(value, datetime)
     return value
 
 
 def optional_time(field_name: str, value: object) -> datetime | None:
     return None if value is None else require_time(field_name, value)
+
+
+def check_record_times(record: Record) -> None:
+    """A ValueError naming the first time of a record built elsewhere that no record can carry."""
+    problems = record_time_problems(record)
+    if problems:
+        field_name, problem = problems[0]
+        raise ValueError(f"{type(record).__name__} {field_name} {problem}")
 
 
 def checked_namespace(field_name: str, value: object, *, job: bool = False) -> str:
@@ -49,6 +61,7 @@ def checked_namespace(field_name: str, value: object, *, job: bool = False) -> s
 def checked_ref(label: str, ref: RunRef) -> RunRef:
     """`ref` with its namespace normalized; its text fields checked."""
     require_text(f"{label}.engine_run_id", ref.engine_run_id)
+    optional_time(f"{label}.start_time", ref.start_time)
     if optional_text(f"{label}.job_name", ref.job_name) is not None and ref.is_complete:
         assert ref.job_name is not None and ref.workflow_type is not None and ref.workflow_version is not None
         segment = job_segment(ref.workflow_type, ref.workflow_version)

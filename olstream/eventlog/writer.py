@@ -39,7 +39,9 @@ from olstream.contract.records import (
     RunStarted,
     RunStatus,
 )
+from olstream.contract.times import EARLIEST
 from olstream.eventlog.fields import (
+    check_record_times,
     checked_namespace,
     checked_ref,
     optional_text,
@@ -51,6 +53,7 @@ from olstream.eventlog.fields import (
 from olstream.eventlog.store import EventLogStore
 
 Clock = Callable[[], datetime]
+_CLOCK_FIELD = "append_time (the writer's clock())"
 _DECLARED_TAIL = (
     "append_time",
     "engine_run_id",
@@ -163,7 +166,11 @@ class EventLogWriter:
             self.records_written += len(pending)
 
     def append_record(self, record: Record) -> None:
-        """Append a record built elsewhere, in its own `partition`; the store assigns its offset."""
+        """Append a record built elsewhere, in its own `partition`; the store assigns its offset.
+
+        Raises ValueError naming the field when a value does not fit, a time included (`times`).
+        """
+        check_record_times(record)
         self._append_build(record.partition, offset_encoder(record))
 
     def _append_build(self, partition: int, build: Callable[[int], bytes]) -> None:
@@ -172,9 +179,10 @@ class EventLogWriter:
             self.flush()
 
     def now(self) -> datetime:
+        """The clock's time, for a record's append_time: aware, and in the range records carry."""
         t = self._clock()
-        if type(t) is not datetime or t.tzinfo is None:
-            require_time("clock()", t)
+        if type(t) is not datetime or t.tzinfo is not UTC or t < EARLIEST:  # fast: a UTC datetime
+            require_time(_CLOCK_FIELD, t)
         return t
 
     def run_started(
@@ -205,9 +213,7 @@ class EventLogWriter:
         known: always for a root, and for a child of a handle that knows its own.
         """
         append_time = self.now()
-        run_id = require_text(
-            "engine_run_id", self._new_run_id() if engine_run_id is None else engine_run_id
-        )
+        run_id = require_text("engine_run_id", self._new_run_id() if engine_run_id is None else engine_run_id)
         parent_ref = parent.ref if isinstance(parent, RunHandle) else parent
         root_ref = root.ref if isinstance(root, RunHandle) else root
         if root_ref is None and isinstance(parent, RunHandle):
@@ -318,11 +324,12 @@ class RunHandle:
             require_text("version", version)
         writer = self._writer
         append_time = writer._clock()
-        if type(append_time) is not datetime or append_time.tzinfo is None:
-            require_time("clock()", append_time)
+        # fast for UTC datetimes (none is after the range's end, datetime.max); others: the helper
+        if type(append_time) is not datetime or append_time.tzinfo is not UTC or append_time < EARLIEST:
+            require_time(_CLOCK_FIELD, append_time)
         if time is None:
             time = append_time
-        elif type(time) is not datetime or time.tzinfo is None:
+        elif type(time) is not datetime or time.tzinfo is not UTC or time < EARLIEST:
             require_time("time", time)
         run_id = self.ref.engine_run_id
         values = (append_time, run_id, direction, key, namespace, name, version, time)  # _DECLARED_TAIL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import ClassVar
 
 
 class OlstreamError(Exception):
@@ -14,7 +15,12 @@ class ConfigError(OlstreamError):
 
 
 class DecodeError(OlstreamError):
-    """A record's bytes do not decode; names the record's log partition and offset."""
+    """A record's bytes do not decode; names the record's log partition and offset.
+
+    `reason` is the message text; `error_reason` the code the worker's errors topic carries.
+    """
+
+    error_reason: ClassVar[str] = "undecodable"
 
     def __init__(self, reason: str, partition: int | None = None, offset: int | None = None) -> None:
         self.reason = reason
@@ -22,6 +28,19 @@ class DecodeError(OlstreamError):
         self.offset = offset
         where = f"partition {partition}, offset {offset}" if partition is not None else "unknown position"
         super().__init__(f"cannot decode record at {where}: {reason}")
+
+
+class InvalidTimeError(DecodeError):
+    """A record decodes, but one of its times is outside what a record can carry (`contract.times`).
+
+    `field` names it, dotted inside a reference: ``start_time``, ``parent.start_time``.
+    """
+
+    error_reason: ClassVar[str] = "invalid_time"
+
+    def __init__(self, reason: str, partition: int | None, offset: int | None, field: str) -> None:
+        self.field = field
+        super().__init__(reason, partition, offset)
 
 
 class InfrastructureError(OlstreamError):
@@ -40,6 +59,7 @@ class ExitCode(IntEnum):
     CONFIG = 2
     NOT_RUNNING = 3
     SEND_FAILED = 75
+    STOP_TIMEOUT = 124
     INTERRUPTED = 130
 
 
@@ -56,6 +76,9 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "running",
     ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "
     "without a commit, and a restart processes the batch again",
+    ExitCode.STOP_TIMEOUT: "a service was still running `--stop-timeout` seconds (default 30) after the "
+    "first SIGTERM/SIGINT (a stuck agent, a flush or shutdown that does not end): it left at once, as "
+    "`kill -9` would, with nothing more committed; a restart processes the uncommitted input again",
     ExitCode.INTERRUPTED: "a second SIGINT/SIGTERM stopped the command before its flush finished",
 }
 """The one table of exit codes (docs/operations.md#exit-codes is generated from it)."""

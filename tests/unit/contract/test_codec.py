@@ -23,7 +23,7 @@ from olstream.contract.records import (
     RunStarted,
     RunStatus,
 )
-from olstream.shared.errors import DecodeError
+from olstream.shared.errors import DecodeError, InvalidTimeError
 
 T0 = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
 
@@ -58,7 +58,7 @@ RECORDS: list[Record] = [
         workflow_type="w",
         workflow_version="v",
         workflow_instance="i",
-        start_time=datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # before the epoch
+        start_time=datetime(1970, 1, 1, tzinfo=UTC),  # the earliest time a record carries
     ),
     DatasetDeclared(
         partition=7,
@@ -105,6 +105,7 @@ RECORDS: list[Record] = [
         RunEnded(partition=0, offset=i, append_time=T0, engine_run_id="x", status=s, end_time=T0)
         for i, s in enumerate(RunStatus)
     ],
+    RunEnded(1, 2, T0, "late", RunStatus.COMPLETED, datetime.max.replace(tzinfo=UTC)),  # the latest
 ]
 
 
@@ -361,5 +362,17 @@ def test_an_out_of_range_timestamp_raises_decode_error() -> None:
         },
     )
     data = codec.MAGIC + schema.fingerprint + body.getvalue()
-    with pytest.raises(DecodeError, match="partition 2, offset 9"):
+    with pytest.raises(InvalidTimeError, match="partition 2, offset 9: RunEnded field 'end_time'") as info:
         codec.decode(data, 2, 9)
+    assert info.value.field == "end_time" and info.value.error_reason == "invalid_time"
+    assert "4611686018427387904 microseconds from the epoch is outside" in str(info.value)
+    with pytest.raises(DecodeError, match="partition 2, offset 9: 1 trailing bytes") as undecodable:
+        codec.decode(data + b"\x00", 2, 9)  # not a valid body after all: undecodable, not a time
+    assert type(undecodable.value) is DecodeError and undecodable.value.error_reason == "undecodable"
+
+
+def test_plain_decode_errors_say_undecodable() -> None:
+    with pytest.raises(DecodeError) as info:
+        codec.decode(b"nope", 1, 2)
+    assert type(info.value) is DecodeError
+    assert info.value.error_reason == "undecodable" and "bad magic" in info.value.reason

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -262,3 +263,90 @@ def test_a_schema_field_reorder_is_caught_at_start(monkeypatch: pytest.MonkeyPat
     )
     with pytest.raises(RuntimeError, match=r"avro/RunEnded\.avsc changed its field order"):
         EventLogWriter(MemoryEventLogStore(2))
+
+
+OUT_OF_RANGE = [
+    datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    datetime(1, 1, 1, tzinfo=UTC),
+    datetime(1970, 1, 1, 4, tzinfo=timezone(timedelta(hours=5))),  # 1969 in UTC
+    datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))),  # year 10000 in UTC
+]
+
+
+@pytest.mark.parametrize("when", OUT_OF_RANGE, ids=str)
+def test_times_no_record_can_carry_are_refused_naming_the_field(
+    writer: EventLogWriter, store: MemoryEventLogStore, when: datetime
+) -> None:
+    run = _start(writer, instance="ok")
+    rows = len(store.all_rows())
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("start_time", lambda: _start(writer, start_time=when)),
+        ("nominal_start_time", lambda: _start(writer, nominal_start_time=when)),
+        ("nominal_end_time", lambda: _start(writer, nominal_end_time=when)),
+        ("parent.start_time", lambda: _start(writer, parent=RunRef("p", start_time=when))),
+        ("root.start_time", lambda: _start(writer, root=RunRef("r", "ns", "w", "1", "i", when))),
+        ("time", lambda: run.dataset_input("k", "s3://b", "n", time=when)),  # type: ignore[attr-defined]
+        ("time", lambda: run.dataset_output("k", "s3://b", "n", time=when)),  # type: ignore[attr-defined]
+        ("time", lambda: run.dataset("k", "s3://b", "n").read(time=when)),  # type: ignore[attr-defined]
+        ("end_time", lambda: run.run_ended("completed", end_time=when)),  # type: ignore[attr-defined]
+        (
+            "RunEnded end_time",
+            lambda: writer.append_record(RunEnded(0, 0, BASE, "x", RunStatus.FAILED, when)),
+        ),
+        (
+            "RunStarted parent.start_time",
+            lambda: writer.append_record(
+                RunStarted(
+                    0, 0, BASE, "x", "t", "ns", "w", "1", "i", BASE, parent=RunRef("p", start_time=when)
+                )
+            ),
+        ),
+        (
+            "DatasetDeclared append_time",
+            lambda: writer.append_record(
+                DatasetDeclared(0, 0, when, "x", Direction.INPUT, "k", "s3://b", "n", BASE)
+            ),
+        ),
+    ]
+    for field, call in calls:
+        with pytest.raises(
+            ValueError, match=rf"^{re.escape(field)} \S+ is outside the times a record can carry \(1970-01-01"
+        ):
+            call()
+    assert len(store.all_rows()) == rows and not run.ended  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("when", [*OUT_OF_RANGE, datetime(2024, 1, 1)], ids=str)
+def test_a_clock_out_of_range_is_refused_as_the_append_time(
+    store: MemoryEventLogStore, when: datetime
+) -> None:
+    times = iter([BASE])
+    writer = EventLogWriter(store, clock=lambda: next(times, when))
+    run = _start(writer)
+    field = re.escape("append_time (the writer's clock())")
+    with pytest.raises(ValueError, match=rf"^{field} "):
+        run.dataset_input("k", "s3://b", "n", time=BASE)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=rf"^{field} "):
+        run.run_ended("completed", end_time=BASE)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=rf"^{field} "):
+        _start(writer, start_time=BASE)
+    assert len(store.all_rows()) == 1
+
+
+def test_the_range_ends_are_written_and_other_offsets_are_accepted(
+    writer: EventLogWriter, store: MemoryEventLogStore
+) -> None:
+    earliest, latest = datetime(1970, 1, 1, tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    plus_five = datetime(2024, 5, 1, 17, tzinfo=timezone(timedelta(hours=5)))
+    run = _start(writer, start_time=earliest, nominal_start_time=earliest, nominal_end_time=latest)
+    run.dataset_input("k", "s3://b", "n", time=plus_five)  # type: ignore[attr-defined]
+    run.dataset_output("k", "s3://b", "n", time=latest)  # type: ignore[attr-defined]
+    run.run_ended("completed", end_time=latest)  # type: ignore[attr-defined]
+    start, read, wrote, end = _records(store)
+    assert isinstance(start, RunStarted) and start.start_time == earliest
+    assert start.nominal_end_time == latest
+    assert isinstance(read, DatasetDeclared) and read.time == plus_five == datetime(
+        2024, 5, 1, 12, tzinfo=UTC
+    )
+    assert isinstance(wrote, DatasetDeclared) and wrote.time == latest
+    assert isinstance(end, RunEnded) and end.end_time == latest
