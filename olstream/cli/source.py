@@ -22,6 +22,7 @@ from olstream.shared.config import add_flags, add_print_config, print_config
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, OlstreamError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
+from olstream.shared.stopping import install_stop_deadline
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     setup_logging(settings.log_format, settings.log_level)
     stop = threading.Event()
     _install_signal_handlers(stop)
+    install_stop_deadline(settings.stop_timeout, "source")  # chained after the handlers above
     if settings.metrics_port:
         serve_metrics(settings.metrics_port)
     try:

@@ -18,10 +18,9 @@ from typing import Any, cast
 from aiokafka.errors import IllegalStateError
 from confluent_kafka import KafkaException
 
-from olstream.shared.idle import consumed_to_end
+from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_ledger import Admission, InputLedger
 from olstream.streams.runtime import app as m
-from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.consumer import WorkerConsumer
 from olstream.streams.settings import WorkerSettings
 
@@ -136,29 +135,63 @@ class InputOrder:
 
     # ------------------------------------------------------------------ --until-idle
 
+    async def input_positions(
+        self, end_offsets: Any, partitions: list[int]
+    ) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+        """The watermarks of `partitions` and the group's committed offsets on the broker.
+
+        The commits are read first: a commit at or past an end offset read after it covers every
+        record there was.
+        """
+        committed = await self.input_offsets.committed(partitions)
+        bounds: dict[int, tuple[int, int]] = await end_offsets(partitions)
+        return bounds, committed
+
+    async def taken_to_end(self, partitions: list[int], bounds: dict[int, tuple[int, int]]) -> bool:
+        """Whether this process took and acked every record of `partitions` (or the broker showed
+        the rest holds none), so that a commit now covers them up to their end offsets."""
+        for partition in partitions:
+            ledger = self.consumer.ledgers.get(partition)
+            if ledger is None:
+                return False  # not sought on this assignment yet: nothing of it taken here
+            high = bounds[partition][1]
+            if ledger.advance() < high and not await self.pass_trailing_markers(partition, ledger, high):
+                return False
+        return True
+
     async def check_idle(self, end_offsets: Any) -> None:
-        """Stop the worker (exit 0) once every assigned input partition is processed, acked and committed."""
+        """Stop the worker (exit 0) once every assigned input partition is processed, acked and committed.
+
+        The truth is the group's committed offsets on the broker, not what this process saw: a
+        partition committed to its end is done, even when this process never took one of its
+        records (a restart over a finished input, a partition taken over from a worker that finished
+        it). A partition behind is done only once this process has taken and acked every record of
+        it (its ledger, from the seek faust made on this assignment) or the broker shows the rest
+        empty (the markers of the last transaction), and the commit that follows reached the end.
+        Nothing is decided during a rebalance, with records taken but not flushed, or when the
+        assignment changed while the broker was asked.
+        """
         if self.stopping:
             return
-        app = self.sa.app
-        consumer = app.consumer
         tps = self.owned_input_tps()
-        if not tps or app.rebalancing:
+        if not tps or self.sa.app.rebalancing or self.batch:
             return
-        bounds = await end_offsets([tp.partition for tp in tps])
-        for tp in tps:
-            low, high = bounds[tp.partition]
-            if high <= low:
-                continue
-            ledger = self.consumer.ledgers.get(tp.partition)
-            if ledger is None:
-                return
-            if ledger.advance() < high and not await self.pass_trailing_markers(tp.partition, ledger, high):
-                return
-        await consumer.commit()
-        committed = {tp.partition: faust_private.committed_offset(consumer, tp) for tp in tps}
-        if not consumed_to_end({tp.partition: bounds[tp.partition] for tp in tps}, committed):
+        partitions = sorted(tp.partition for tp in tps)
+        try:
+            bounds, committed = await self.input_positions(end_offsets, partitions)
+            late = behind(bounds, committed)
+            if late:
+                if not await self.taken_to_end(late, bounds):
+                    return
+                await self.consumer.commit()
+                bounds, committed = await self.input_positions(end_offsets, partitions)
+                if not consumed_to_end(bounds, committed):
+                    return
+        except KafkaException as e:
+            log.warning("--until-idle: could not read the input's offsets (asking again): %s", e)
             return
+        if self.stopping or self.sa.app.rebalancing or self.batch or set(self.owned_input_tps()) != set(tps):
+            return  # the assignment or the batch changed while the broker was asked: decide again
         self.stopping = True
         log.info(
             "input consumed to its end, every send acknowledged and offsets committed: stopping "
@@ -167,5 +200,3 @@ class InputOrder:
             self.flush_seconds,
         )
         os.kill(os.getpid(), signal.SIGTERM)
-
-
