@@ -32,7 +32,8 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
-from olstream.shared.logs import REDACTED, register_secret
+from olstream.shared.logs import REDACTED, hide_userinfo, register_secret, register_url_credentials
+from olstream.shared.stopping import STOP_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ SINK_SETTINGS = (
     Setting("dlq_topic", topics.SINK_DLQ, "dead-letter topic", env="OLSTREAM_SINK_DLQ_TOPIC"),
     Setting("dry_run", False, "print what would be sent; send nothing", switch=True, env=""),
     Setting("until_idle", False, "exit 0 once all is delivered", switch=True, env=""),
+    STOP_TIMEOUT,
     METRICS_PORT,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -103,14 +105,20 @@ class SinkSettings:
     dlq_topic: str = _D["dlq_topic"]
     dry_run: bool = _D["dry_run"]
     until_idle: bool = _D["until_idle"]
+    stop_timeout: float = _D["stop_timeout"]
     metrics_port: int = _D["metrics_port"]
     instance_id: str | None = None
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where it came from)
 
+    def __repr__(self) -> str:
+        """The settings as `describe` shows them: no API key, no user info of the URL."""
+        shown = {k: v for k, v in self.describe().items() if k != "sources"}
+        return f"SinkSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
     def describe(self) -> dict[str, Any]:
-        """A printable view of the settings with the API key and a URL's password redacted."""
+        """A printable view of the settings with the API key and the URL's user info redacted."""
         doc = dataclasses.asdict(self)
         doc["api_key"] = REDACTED if self.api_key else None
         doc["url"] = redact_url(self.url)
@@ -119,7 +127,7 @@ class SinkSettings:
 
     @property
     def destination(self) -> str:
-        """Where events go, for log lines: a URL's password is ***."""
+        """Where events go, for log lines: the URL's user info is ***."""
         if self.transport == "http":
             return str(redact_url(self.url))
         if self.transport == "file":
@@ -135,7 +143,8 @@ def endpoint_url(url: str, endpoint: str | None) -> str:
     """
     base = url.strip()
     if not base.startswith(("http://", "https://")):
-        raise ConfigError(f"OpenLineage URL must start with http:// or https://, got {redact_url(base)!r}")
+        shown = redact_url(hide_userinfo(base))
+        raise ConfigError(f"OpenLineage URL must start with http:// or https://, got {shown!r}")
     if endpoint is None:
         endpoint = DEFAULT_ENDPOINT
     suffix = endpoint.strip().strip("/")
@@ -240,6 +249,7 @@ def build_settings(
         raw_url = pick("url", flags.get("url"), "OPENLINEAGE_URL", yml_http.get("url"))
         if not raw_url:
             raise ConfigError("the http transport needs a URL (--url, OPENLINEAGE_URL or transport.url)")
+        register_url_credentials(str(raw_url))  # before anything can show it, in any form
         endpoint = pick("endpoint", flags.get("endpoint"), "OPENLINEAGE_ENDPOINT", yml_http.get("endpoint"))
         url = endpoint_url(str(raw_url), None if endpoint is None else str(endpoint))
         key_file = flags.get("api_key_file")
@@ -280,6 +290,7 @@ def build_settings(
         dlq_topic=r["dlq_topic"],
         dry_run=r["dry_run"],
         until_idle=r["until_idle"],
+        stop_timeout=r["stop_timeout"],
         metrics_port=r["metrics_port"],
         instance_id=r["instance_id"],
         log_format=r["log_format"],
@@ -294,5 +305,10 @@ def _check(s: SinkSettings) -> None:
     """What no single setting's check can see (each setting's own bounds are in SINK_SETTINGS)."""
     if s.backoff_max < s.backoff_initial:
         raise ConfigError(f"--max-backoff must be at least {s.backoff_initial} s")
+    if s.api_key and s.url and hide_userinfo(s.url) != s.url:
+        raise ConfigError(
+            "the OpenLineage URL carries credentials (sent as Basic auth) and an API key is given "
+            "(sent as Bearer): give one of them"
+        )
     if s.ca_file and not Path(s.ca_file).is_file():
         raise ConfigError(f"CA file {s.ca_file!r} does not exist")

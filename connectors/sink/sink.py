@@ -30,7 +30,9 @@ from olstream.connectors.sink.transports import HttpTransport, SinkTransport
 from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.idle import consumed_to_end
+from olstream.shared.logs import redact
 from olstream.shared.metrics import set_health
+from olstream.shared.stopping import install_stop_deadline
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ LAG = Gauge("olstream_sink_lag", "Events on the topic not yet committed by the s
 
 TP = tuple[str, int]
 CONSUME_BATCH = 500
+LAG_QUERY_TIMEOUT = 1.0  # s; a broker that does not answer costs the lag gauge one round, not the loop
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
@@ -63,6 +66,8 @@ class Sink:
         self.trackers: dict[TP, ContiguousCommitTracker] = {}
         self.epochs: dict[TP, int] = {}
         self.positions: dict[TP, int] = {}
+        self.starts: dict[TP, int] = {}  # where the group started on each owned partition (this assignment)
+        self.ends: dict[TP, int] = {}  # the highest end of each owned partition seen, for the lag
         self.queues = KeyedQueues()
         self.ready: asyncio.Queue[PendingEvent] = asyncio.Queue()
         self.buffered = 0
@@ -84,6 +89,8 @@ class Sink:
             self.epochs[tp] = self._epoch
             self.trackers[tp] = ContiguousCommitTracker()
             self.positions.pop(tp, None)
+            self.starts.pop(tp, None)
+            self.ends.pop(tp, None)
             self.paused.discard(tp)
             self.fresh.add(tp)
         self.assigned_once = True
@@ -107,6 +114,8 @@ class Sink:
                 self.buffered -= tracker.outstanding
             self.epochs.pop(tp, None)
             self.positions.pop(tp, None)
+            self.starts.pop(tp, None)
+            self.ends.pop(tp, None)
             self.paused.discard(tp)
             self.fresh.discard(tp)
         self.queues.drop_partitions(partitions)
@@ -135,6 +144,7 @@ class Sink:
         event = PendingEvent(topic, partition, offset, message.key(), value, epoch)
         tracker.add(offset)
         self.positions[tp] = offset + 1
+        self.starts.setdefault(tp, offset)
         self.buffered += 1
         first = self.queues.add(event)
         if first is not None:
@@ -232,7 +242,7 @@ class Sink:
                 result.detail[:200],
                 wait,
             )
-            set_health(False, f"receiver answered {what}: configuration problem")
+            set_health(False, redact(f"receiver answered {what}: configuration problem"))
         else:
             log.warning(
                 "cannot deliver %s to %s: %s; retrying in %.1f s%s",
@@ -260,7 +270,8 @@ class Sink:
         headers: list[tuple[str, str | bytes | None]] = [
             (deadletter.ERROR, deadletter.REJECTED),
             (deadletter.HTTP_STATUS, str(result.status if result.status is not None else "")),
-            (deadletter.HTTP_RESPONSE, result.detail.encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
+            # the answer as given, but never a credential it echoes (the URL, its user info, the key)
+            (deadletter.HTTP_RESPONSE, redact(result.detail).encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
             *deadletter.origin_headers(event.topic, event.partition, event.offset),
         ]
 
@@ -310,13 +321,48 @@ class Sink:
         return True
 
     def _update_lag(self) -> None:
-        total = 0
+        """`olstream_sink_lag`: events on the owned partitions that the group has not committed.
+
+        Counted from the sink's last commit or, before it, from where the group started (the first
+        offset read, else its committed offset, else the beginning: auto.offset.reset=earliest),
+        never from the read position, which runs ahead of delivery. A partition's end is the cached
+        one of its last fetch, else the broker's: while it is paused (not fetched, its cached end
+        stands still as the topic grows) or before its first fetch; the highest end seen counts.
+        """
+        self._look_up_starts()
+        total, ask = 0, True  # a broker that does not answer is asked no more this round
         for tp, tracker in self.trackers.items():
             _low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-            base = tracker.committed if tracker.committed is not None else self.positions.get(tp)
-            if high >= 0 and base is not None:
+            if ask and (high < 0 or tp in self.paused):
+                bounds = self._broker_bounds(TopicPartition(*tp))
+                ask, high = bounds is not None, max(high, bounds[1] if bounds else -1)
+            high = self.ends[tp] = max(high, self.ends.get(tp, -1))
+            base = tracker.committed if tracker.committed is not None else self.starts.get(tp)
+            if base is not None and high >= 0:
                 total += max(0, high - base)
         LAG.set(total)
+
+    def _look_up_starts(self) -> None:
+        """Where the group starts on partitions not read yet (so not committed by the sink either; e.g.
+        paused before their first fetch): its committed offset, else the beginning (auto.offset.reset)."""
+        unknown = [TopicPartition(*tp) for tp in self.trackers if tp not in self.starts]
+        try:
+            for p in self.consumer.committed(unknown, timeout=LAG_QUERY_TIMEOUT) if unknown else []:
+                bounds = (p.offset, -1) if p.offset >= 0 else self._broker_bounds(p)
+                if bounds is None:
+                    return
+                if (p.topic, p.partition) in self.trackers:
+                    self.starts.setdefault((p.topic, p.partition), bounds[0])
+        except KafkaException as e:
+            log.debug("cannot read where the group starts, for the lag: %s", e)
+
+    def _broker_bounds(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(low, high) of a partition as the broker has them now; None when it does not answer in time."""
+        try:
+            return self.consumer.get_watermark_offsets(tp, timeout=LAG_QUERY_TIMEOUT, cached=False)
+        except KafkaException as e:
+            log.debug("cannot read the ends of %s[%d] for the lag: %s", tp.topic, tp.partition, e)
+            return None
 
     def _at_end(self) -> bool:
         """True when every owned partition is consumed to its end and everything is committed."""
@@ -342,6 +388,8 @@ class Sink:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stopping.set)
+        with contextlib.suppress(ValueError):  # chained after asyncio's handlers (main thread only)
+            install_stop_deadline(self.settings.stop_timeout, "sink")
         await self.transport.start()
         workers = [asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)]
         try:

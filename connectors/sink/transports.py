@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import IO, Protocol
 
 import aiohttp
+from yarl import URL
 
 from olstream.connectors.sink.delivery import (
     DELIVERED,
@@ -27,6 +28,7 @@ from olstream.connectors.sink.delivery import (
     parse_retry_after,
 )
 from olstream.connectors.sink.settings import SinkSettings
+from olstream.shared.logs import redact, register_secret
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +47,26 @@ class SinkTransport(Protocol):
 
 
 class HttpTransport:
-    """POST the Kafka value byte for byte to the receiver, over a bounded keep-alive pool."""
+    """POST the Kafka value byte for byte to the receiver, over a bounded keep-alive pool.
+
+    The URL's user info (`https://user:password@host`, `https://TOKEN@host`) is taken out of the URL
+    and sent as Basic auth, as aiohttp would: the URL the transport holds, and any exception text
+    that names it, carries no credential.
+    """
 
     def __init__(self, settings: SinkSettings) -> None:
         if not settings.url:
             raise ValueError("HttpTransport needs a URL")
-        self.url = settings.url
+        parsed = URL(settings.url)
+        basic = aiohttp.BasicAuth.from_url(parsed)
+        self.url = str(parsed.with_user(None)) if basic is not None else settings.url
         self.settings = settings
         self.headers = {"Content-Type": "application/json"}
         if settings.api_key:
             self.headers["Authorization"] = f"Bearer {settings.api_key}"
+        elif basic is not None:
+            self.headers["Authorization"] = basic.encode()
+            register_secret(self.headers["Authorization"].partition(" ")[2])  # a receiver may echo it
         self._session: aiohttp.ClientSession | None = None
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -109,7 +121,8 @@ class HttpTransport:
                 excerpt = (await response.content.read(RESPONSE_EXCERPT_BYTES)).decode("utf-8", "replace")
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            return DeliveryResult(Outcome.RETRY, None, f"{type(e).__name__}: {e}".strip(": ")), b""
+            detail = redact(f"{type(e).__name__}: {e}".strip(": "))  # aiohttp's texts may name the URL
+            return DeliveryResult(Outcome.RETRY, None, detail), b""
         return DeliveryResult(classify(status), status, excerpt, retry_after), b""
 
     def make_durable(self) -> None:

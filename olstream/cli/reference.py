@@ -73,7 +73,7 @@ sink:
 
 `--print-config` prints the effective settings of a command as JSON and exits: each value and,
 under `sources`, where it came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
-(the sink's API key, the password of a URL) are printed as `***`.
+(the sink's API key, the user info of a URL: user and password) are printed as `***`.
 
 An invalid setting ends the command with one line on stderr naming the setting, the value and
 where it came from, and the exit code `CONFIG` ([operations.md](operations.md#exit-codes)):

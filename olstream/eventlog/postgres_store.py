@@ -23,7 +23,7 @@ import psycopg
 
 from olstream.eventlog.store import FixedPartitions, StoredRow
 from olstream.shared.errors import InfrastructureError
-from olstream.shared.logs import redact, register_secret
+from olstream.shared.logs import REDACTED, redact, register_secret, register_url_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +41,28 @@ _SCHEMA = (
 
 
 def _register_password(url: str) -> None:
+    """The URL's password (also `?password=`) and its `user:password` with the log redactor.
+
+    A user name without a password is a role name, not registered (it would vanish from every
+    line: the local server's role is `olstream`); the URL itself never shows its user info.
+    """
+    register_url_credentials(url, lone_user=False)
     try:
         password = psycopg.conninfo.conninfo_to_dict(url).get("password")
     except psycopg.ProgrammingError:
         return
     if password:
         register_secret(str(password))
+
+
+def _connect_error(url: str, error: psycopg.Error) -> str:
+    """libpq's text of a failed connection, redacted, without the role it names (`user "x"`)."""
+    text = redact(str(error))
+    try:
+        user = psycopg.conninfo.conninfo_to_dict(url).get("user")
+    except psycopg.ProgrammingError:
+        return text
+    return text.replace(f'"{user}"', f'"{REDACTED}"') if user else text
 
 
 class PostgresEventLogStore(FixedPartitions):
@@ -70,7 +86,9 @@ class PostgresEventLogStore(FixedPartitions):
         try:
             conn = psycopg.connect(url, autocommit=True)
         except psycopg.OperationalError as e:
-            raise InfrastructureError(f"cannot connect to the event-log database: {redact(str(e))}") from e
+            raise InfrastructureError(
+                f"cannot connect to the event-log database: {_connect_error(url, e)}"
+            ) from e
         try:
             count = cls._ensure_schema(conn, partitions, create)
         except BaseException:

@@ -36,7 +36,7 @@ from olstream.infra.demo_support import (
     scrape,
 )
 from olstream.infra.process import free_port
-from olstream.shared.config import resolve
+from olstream.shared.config import redact_url, resolve
 from olstream.shared.errors import ConfigError, InfrastructureError
 
 if TYPE_CHECKING:
@@ -210,7 +210,9 @@ class Demo:
             with Progress(*columns, console=self.console) as bars:
                 src = bars.add_task(f"source → {topics.eventlog}", total=counts.records)
                 stream = bars.add_task(f"workers x{self.s.workers} → events", total=expected_events)
-                sink = bars.add_task("sink → " + (url or self.s.out.name), total=expected_events)
+                sink = bars.add_task(
+                    "sink → " + (redact_url(url) if url else self.s.out.name), total=expected_events
+                )
                 while True:
                     self.children.check_alive(c.name for c in self.children.started if c.name != "simulate")
                     for raw in follower.poll():
@@ -365,10 +367,12 @@ class Demo:
             self.console.print(f"[green]✓[/] graph: {self.s.graph}")
         except ConfigError as e:
             self.console.print(f"[yellow]graph not rendered:[/] {e}")
-        where = f"posted to {url} (copy in {self.s.out})" if url else f"written to {self.s.out}"
+        where = f"posted to {redact_url(url)} (copy in {self.s.out})" if url else f"written to {self.s.out}"
         self.console.print(f"[green]✓[/] events {where}")
         if self.s.marquez and url:
-            self.console.print(f"Open Marquez: {url}/api/v1/namespaces (web UI: run marquez-web against it)")
+            self.console.print(
+                f"Open Marquez: {redact_url(url)}/api/v1/namespaces (web UI: run marquez-web against it)"
+            )
 
     def close(self) -> None:
         self.children.stop()

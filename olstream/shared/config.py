@@ -37,7 +37,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import yaml
 
 from olstream.shared.errors import ConfigError
-from olstream.shared.logs import REDACTED, redact
+from olstream.shared.logs import REDACTED, hide_userinfo, redact
 
 Parse = Callable[[str], Any]
 Check = Callable[[Any], "str | None"]
@@ -48,20 +48,24 @@ SECRET_QUERY_KEYS = frozenset(
 
 
 def redact_url(value: Any) -> Any:
-    """A URL with its password and secret query values as ***. Anything else as it is."""
+    """A URL with its user info and secret query values as ***. Anything else as it is.
+
+    The whole user info counts as a credential (a token is often the user name):
+    `https://TOKEN@host` and `http://user:pw@[::1]:80/p` become `https://***@host` and
+    `http://***@[::1]:80/p`, percent-encoded or not; a URL that does not parse still loses it.
+    """
     if not isinstance(value, str) or "://" not in value:
         return value
+    hidden = hide_userinfo(value)
     try:
-        parts = urlsplit(value)
-        password = parts.password
+        parts = urlsplit(hidden)
         query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
-        return value
-    netloc = parts.netloc.replace(f":{password}@", f":{REDACTED}@", 1) if password else parts.netloc
+        return hidden
     if any(k.lower() in SECRET_QUERY_KEYS for k, _ in query):
-        hidden = [(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in query]
-        return urlunsplit(parts._replace(netloc=netloc, query=urlencode(hidden, safe="*")))
-    return urlunsplit(parts._replace(netloc=netloc)) if password else value
+        shown = [(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in query]
+        return urlunsplit(parts._replace(query=urlencode(shown, safe="*")))
+    return hidden
 
 
 def parse_bool(text: str) -> bool:

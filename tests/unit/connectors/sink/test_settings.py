@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,74 @@ def test_the_api_key_never_reaches_logs_or_a_printed_config(
             assert KEY not in err and "Bearer ***" in err
     finally:
         root.handlers[:], root.level = saved
+
+
+TOKEN = "tok3n-q7-0f-the-receiver"
+PASSWORD = "s3cr3t-xyz"
+USER = "sink-user-q7"
+
+
+@pytest.mark.parametrize("where", ["flag", "env", "file"])
+@pytest.mark.parametrize(
+    ("userinfo", "hidden"),
+    [(f"{USER}:{PASSWORD}", (USER, PASSWORD)), (TOKEN, (TOKEN,)), (f"{USER}:s3cr%3A3t-xyz", (USER, "s3cr"))],
+)
+def test_url_credentials_never_reach_logs_errors_or_a_printed_config(
+    where: str,
+    userinfo: str,
+    hidden: tuple[str, ...],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from olstream.shared import logs
+
+    monkeypatch.setattr(logs, "_SECRETS", set())
+    for name in ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    url = f"http://{userinfo}@receiver:5000"
+    args = ["sink"]
+    if where == "flag":
+        args += ["--url", url]
+    elif where == "env":
+        monkeypatch.setenv("OPENLINEAGE_URL", url)
+    else:
+        monkeypatch.setenv("OPENLINEAGE_CONFIG", str(write_yml(tmp_path, {"type": "http", "url": url})))
+    assert olstream_main([*args, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed)["url"] == "http://***@receiver:5000/api/v1/lineage"
+    settings = build_settings({"url": url} if where == "flag" else {}, dict(os.environ), tmp_path)
+    assert settings.url is not None and userinfo in settings.url  # still used to authenticate
+    shown = repr(settings) + settings.destination + json.dumps(settings.describe())
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        for fmt in ("text", "json"):
+            setup_logging(fmt)
+            log = logging.getLogger("olstream.connectors.sink.test")
+            log.warning("cannot deliver to %s (settings %r)", settings.url, settings)
+            log.warning("basic auth %s refused", userinfo)
+            shown += capsys.readouterr().err
+    finally:
+        root.handlers[:], root.level = saved
+    for secret in hidden:
+        assert secret not in shown and secret not in printed, secret
+
+
+def test_a_bad_url_is_refused_without_showing_its_credentials(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENLINEAGE_URL", raising=False)
+    for bad in (f"{USER}:{PASSWORD}@receiver:5000", f"ftp://{USER}:{PASSWORD}@receiver/"):
+        assert olstream_main(["sink", "--url", bad, "--print-config"]) == 2
+        err = capsys.readouterr().err
+        assert "must start with http://" in err and "***@receiver" in err
+        assert PASSWORD not in err and USER not in err
+
+
+def test_url_credentials_and_an_api_key_are_not_both_given(tmp_path: Path) -> None:
+    """aiohttp refuses a URL's credentials next to an Authorization header: say so at start."""
+    with pytest.raises(ConfigError, match="give one of them") as caught:
+        settings_for({"url": f"http://{TOKEN}@m:5000"}, {"OPENLINEAGE_API_KEY": KEY}, tmp_path)
+    assert TOKEN not in str(caught.value) and KEY not in str(caught.value)
