@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olstream.contract import topics
+from olstream.shared import deadletter
 from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
@@ -21,6 +22,7 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
+from olstream.shared.stopping import STOP_TIMEOUT
 from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
 
@@ -68,6 +70,15 @@ WORKER_SETTINGS = (
         "batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=at_least(0)
     ),
     Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
+    Setting(
+        "max_event_bytes",
+        topics.MAX_MESSAGE_BYTES,
+        "largest RunEvent (and run state) written; a record that would make a larger one goes to the "
+        "errors topic as too_large (topics it creates accept this much)",
+        parse=int,
+        check=at_least(deadletter.COPY_LIMIT),
+    ),
+    STOP_TIMEOUT,
     METRICS_PORT,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -92,6 +103,8 @@ class WorkerSettings:
     retention_ms: int = DEFAULT_RETENTION_MS
     metrics_port: int = _D["metrics_port"]
     session_timeout: float = _D["session_timeout"]
+    max_event_bytes: int = _D["max_event_bytes"]
+    stop_timeout: float = _D["stop_timeout"]
     mapping: MappingConfig = field(default_factory=MappingConfig)
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
@@ -126,6 +139,8 @@ def resolve_worker_settings(
         metrics_port=r["metrics_port"],
         batch_within=r["batch_seconds"],
         session_timeout=r["session_timeout"],
+        max_event_bytes=r["max_event_bytes"],
+        stop_timeout=r["stop_timeout"],
         mapping=mapping,
         log_format=r["log_format"],
         log_level=r["log_level"],

@@ -5,8 +5,10 @@ Wire contract (the stream worker relies on it):
   value = the stored bytes unchanged (Avro single-object encoding), headers
   ``olstream.partition``, ``olstream.offset`` (ASCII decimal), ``olstream.type``
   (record name) and ``olstream.fingerprint`` (16 hex chars of the writer-schema fingerprint);
-- errors topic (default ``<topic>.errors``): same key, the raw bytes, the same headers as far
-  as they can be read, plus ``olstream.error`` with the reason.
+- errors topic (default ``<topic>.errors``): same key, the raw bytes (cut to their first 64 KiB,
+  with ``olstream.error.size`` and ``olstream.error.sha256``, when larger), the same headers as
+  far as they can be read, plus ``olstream.error`` with the reason: the decode reason, or
+  ``too_large`` for a row above ``--max-record-bytes`` (``olstream.error.detail`` says its size).
 
 A row counts as published only once its delivery report succeeded. Without
 transactions, every error record is fenced by waiting for all acknowledgements
@@ -26,9 +28,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter, Gauge
 
 from olstream.connectors.source.rowcheck import Headers, RowChecker
+from olstream.contract import topics
 from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.eventlog.store import StoredRow
-from olstream.shared import kafka_clients
+from olstream.shared import deadletter, kafka_clients
 from olstream.shared.errors import DeliveryError
 from olstream.shared.metrics import set_health
 
@@ -39,10 +42,11 @@ RECORDS_PUBLISHED = Counter(
 )
 ERRORS = Counter(
     "olstream_source_errors_total",
-    "Rows sent to the errors topic (kind=decode) and gaps in a partition's offsets (kind=gap).",
+    "Rows sent to the errors topic (kind=decode: they do not decode; kind=too_large: above "
+    "--max-record-bytes) and gaps in a partition's offsets (kind=gap).",
     ["kind"],
 )
-for _kind in ("decode", "gap"):
+for _kind in ("decode", "too_large", "gap"):
     ERRORS.labels(kind=_kind)  # exported as 0 from the start
 PARTITION_LAG = Gauge(
     "olstream_source_partition_lag",
@@ -54,6 +58,9 @@ PUBLISHED_OFFSET = Gauge(
     "Last log offset acknowledged by Kafka, per log partition.",
     ["partition"],
 )
+
+
+_TOO_LARGE = deadletter.TOO_LARGE  # the check's result for a row above the limit (compared by identity)
 
 
 def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str, Any]:
@@ -85,8 +92,10 @@ class Publisher:
         should_stop: Callable[[], bool] = lambda: False,
         check_bodies: bool = True,
         offsets_topic: str | None = None,
+        max_record_bytes: int = topics.MAX_MESSAGE_BYTES,
     ) -> None:
         self._producer = producer
+        self._max_record_bytes = max_record_bytes
         self._topic = topic
         self._errors_topic = errors_topic
         self._transactional = transactional
@@ -125,12 +134,13 @@ class Publisher:
         """
         check = self._checker.headers_for
         produce_run = self._produce_run
+        limit = self._max_record_bytes
         done = 0
         run: list[tuple[StoredRow, Headers]] = []  # consecutive good rows of one partition
         append = run.append
         for row in rows:
-            headers = check(row)
-            if isinstance(headers, str):  # a row that does not decode
+            headers = check(row) if len(row.payload) <= limit else _TOO_LARGE
+            if isinstance(headers, str):  # a row that does not decode, or too large
                 if run:
                     handed = produce_run(run)
                     done += handed
@@ -288,13 +298,27 @@ class Publisher:
             self.acked[partition] = offset
 
     def _publish_error(self, row: StoredRow, reason: str) -> None:
-        log.warning(
-            "log partition %d offset %d does not decode (%s): sent to %s",
-            row.partition,
-            row.offset,
-            reason,
-            self._errors_topic,
-        )
+        size = len(row.payload)
+        too_large = reason is _TOO_LARGE
+        if too_large:
+            log.warning(
+                "log partition %d offset %d: its row is %d bytes, above --max-record-bytes %d: sent to %s "
+                "(its first %d bytes and digest)",
+                row.partition,
+                row.offset,
+                size,
+                self._max_record_bytes,
+                self._errors_topic,
+                deadletter.COPY_LIMIT,
+            )
+        else:
+            log.warning(
+                "log partition %d offset %d does not decode (%s): sent to %s",
+                row.partition,
+                row.offset,
+                reason,
+                self._errors_topic,
+            )
         if not self._transactional:
             self.flush()  # everything before this row is in Kafka first
         failure: list[KafkaError] = []
@@ -304,18 +328,22 @@ class Publisher:
                 failure.append(err)
 
         headers = self._checker.error_headers(row, reason)
+        copy, whole = deadletter.bounded_copy(row.payload, always=too_large)
+        headers.extend(whole)
+        if too_large:
+            headers.append(
+                (deadletter.ERROR_DETAIL, f"row of {size} bytes, above the limit {self._max_record_bytes}")
+            )
         key = message_key(row.partition)
         while True:
             try:
-                self._producer.produce(
-                    self._errors_topic, row.payload, key, headers=headers, on_delivery=delivered
-                )
+                self._producer.produce(self._errors_topic, copy, key, headers=headers, on_delivery=delivered)
                 break
             except BufferError:
                 self.poll(0.05)
         self.errors += 1
         self.produced[row.partition] = row.offset
-        ERRORS.labels(kind="decode").inc()
+        ERRORS.labels(kind=deadletter.TOO_LARGE if too_large else "decode").inc()
         if not self._transactional:
             self.flush()  # and this row is in Kafka before anything after it
             if failure:

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -29,11 +30,12 @@ from olstream.connectors.source.publisher import (
 from olstream.connectors.source.publisher import producer_config as build_producer_config
 from olstream.connectors.source.resume import read_resume_positions
 from olstream.connectors.source.tailer import Gap, LogTailer
+from olstream.contract import topics
 from olstream.eventlog.store import EventLogStore
 from olstream.eventlog.stores import open_store
 from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
 from olstream.shared.idle import QuietPeriod
-from olstream.shared.kafka_admin import ensure_topic
+from olstream.shared.kafka_admin import ensure_topic, fit_limit
 from olstream.shared.kafka_clients import client_config
 from olstream.shared.metrics import set_health
 
@@ -75,8 +77,11 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         raise ConfigError(f"cannot open the event log: {e}") from e
     try:
         check_broker(settings)
+        sized = topics.size_config(settings.max_record_bytes)
         for topic in (settings.topic, settings.errors_topic):
-            ensure_topic(settings.bootstrap, topic, settings.partitions, timeout=settings.connect_timeout)
+            ensure_topic(
+                settings.bootstrap, topic, settings.partitions, config=sized, timeout=settings.connect_timeout
+            )
         ensure_topic(
             settings.bootstrap,
             settings.offsets_topic,
@@ -87,6 +92,15 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         transactional_id = settings.transactional_id if settings.exactly_once else None
         config: dict[str, Any] = build_producer_config(settings.bootstrap, transactional_id=transactional_id)
         config["logger"] = _LIBRDKAFKA_LOG
+        config.update(topics.producer_size_config(settings.max_record_bytes))
+        fitted = fit_limit(
+            settings.bootstrap,
+            settings.topic,
+            settings.max_record_bytes,
+            topics.MESSAGE_HEADROOM_BYTES,
+            "--max-record-bytes",
+        )
+        settings = replace(settings, max_record_bytes=fitted)
         errors = _ErrorForwarder()
         config["error_cb"] = errors
         producer = Producer(config)
@@ -159,6 +173,7 @@ class _SourceLoop:
             should_stop=stop.is_set,
             check_bodies=settings.check_bodies,
             offsets_topic=settings.offsets_topic,
+            max_record_bytes=settings.max_record_bytes,
         )
         self.publisher.set_acked(start)
         self._tailer = LogTailer(store, start, settings.tailer, on_gap=self._gap)
@@ -207,11 +222,7 @@ class _SourceLoop:
                 self.publisher.poll(0)
                 if caught_up_at is None and self.publisher.in_flight == 0:
                     caught_up_at = time.monotonic()
-                idle = (
-                    not self._tailer.holding_gap
-                    and self.publisher.in_flight == 0
-                    and quiet.over(now)
-                )
+                idle = not self._tailer.holding_gap and self.publisher.in_flight == 0 and quiet.over(now)
                 if s.until_idle and idle:
                     log.info("caught up and idle for %.1f s: done", s.idle_seconds)
                     break

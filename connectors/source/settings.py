@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from olstream.connectors.source.tailer import TailerSettings
 from olstream.contract import topics
 from olstream.eventlog.settings import LOG_URL
+from olstream.shared import deadletter
 from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
@@ -24,6 +25,7 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
+from olstream.shared.stopping import STOP_TIMEOUT
 
 SOURCE_SETTINGS = (
     LOG_URL,
@@ -99,6 +101,16 @@ SOURCE_SETTINGS = (
         choices=("full", "header"),
         env="OLSTREAM_SOURCE_CHECK",
     ),
+    Setting(
+        "max_record_bytes",
+        topics.MAX_MESSAGE_BYTES,
+        "largest row published; a larger one goes to the errors topic as too_large (topics it "
+        "creates accept this much; keep it within what the worker's consumers fetch)",
+        parse=int,
+        env="OLSTREAM_SOURCE_MAX_RECORD_BYTES",
+        check=at_least(deadletter.COPY_LIMIT),
+    ),
+    STOP_TIMEOUT,
     METRICS_PORT,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -119,7 +131,9 @@ class SourceSettings:
     connect_timeout: float = _D["connect_timeout"]
     transaction_interval: float = _D["transaction_interval"]
     check_bodies: bool = _D["check"] == "full"
+    max_record_bytes: int = _D["max_record_bytes"]
     tailer: TailerSettings = field(default_factory=TailerSettings)
+    stop_timeout: float = _D["stop_timeout"]
     metrics_port: int = _D["metrics_port"]
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
@@ -159,7 +173,9 @@ def resolve_source_settings(
         connect_timeout=r["connect_timeout"],
         transaction_interval=r["transaction_interval"],
         check_bodies=r["check"] == "full",
+        max_record_bytes=r["max_record_bytes"],
         tailer=TailerSettings(batch_size=r["batch_size"], max_wait=r["max_wait"], gap_grace=r["gap_grace"]),
+        stop_timeout=r["stop_timeout"],
         metrics_port=r["metrics_port"],
         log_format=r["log_format"],
         log_level=r["log_level"],

@@ -39,16 +39,14 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.OK
     setup_logging(settings.log_format, settings.log_level)
     # faust is imported here so that `olstream --help` and other commands stay light
-    import faust
-
     from olstream.streams.runtime.agent import attach
-    from olstream.streams.runtime.app import build_app, prepare_topics
+    from olstream.streams.runtime.app import build_app, prepare_topics, worker_process
     from olstream.streams.runtime.faust_private import check_faust_private_names
 
     check_faust_private_names()  # a faust upgrade that removed a name we rely on: say so, exit 2
 
     try:
-        partitions = prepare_topics(settings)
+        partitions, settings = prepare_topics(settings)
     except (KafkaException, InfrastructureError) as e:  # Kafka unreachable at start: nothing was done
         log.error("Kafka at %s: %s", settings.bootstrap, e)
         return ExitCode.CONFIG
@@ -64,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
         settings.output_topic,
         settings.data_dir,
     )
-    worker = faust.Worker(sa.app, loglevel=logging.getLogger().level, override_logging=False, quiet=True)
+    worker = worker_process(sa)  # faust's worker, SIGTERM/SIGINT bounded by --stop-timeout
     try:
         worker.execute_from_commandline()
     except SystemExit as e:

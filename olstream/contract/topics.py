@@ -14,6 +14,21 @@ STREAM_ERRORS = "olstream.stream.errors"
 SINK_DLQ = "openlineage.events.dlq"
 PARTITIONS = 6
 """Partitions of a records topic olstream creates (an existing topic keeps its own)."""
+MAX_MESSAGE_BYTES = 1_048_576
+"""Default of the largest message value olstream publishes: a source row (`--max-record-bytes`),
+a worker's event (`--max-event-bytes`). Anything larger goes to the errors topic as `too_large`."""
+MESSAGE_HEADROOM_BYTES = 65_536
+"""What a topic accepts on top of the largest value: the key, the headers and the batch framing."""
+
+
+def size_config(max_value_bytes: int) -> dict[str, str]:
+    """Topic settings for values up to `max_value_bytes`: a topic olstream creates accepts them."""
+    return {"max.message.bytes": str(max_value_bytes + MESSAGE_HEADROOM_BYTES)}
+
+
+def producer_size_config(max_value_bytes: int) -> dict[str, int]:
+    """librdkafka producer settings for values up to `max_value_bytes` (its own default is 1,000,000)."""
+    return {"message.max.bytes": max_value_bytes + MESSAGE_HEADROOM_BYTES}
 
 
 def errors_topic_of(records_topic: str) -> str:

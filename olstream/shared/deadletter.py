@@ -7,6 +7,9 @@ topic and the sink's DLQ all say why and from where with these names.
 - `olstream.source.topic`, `.partition`, `.offset` (worker, sink): the Kafka message that failed.
 - `olstream.status` (sink): the receiver's HTTP status (empty: no response).
 - `olstream.response` (sink): the first 1,024 bytes of the receiver's answer.
+- `olstream.error.size` and `olstream.error.sha256` (source, worker): the size and digest of a
+  payload whose copy was cut to its first `COPY_LIMIT` bytes (`bounded_copy`): a row or an event
+  that was `too_large`, or any failed message above the limit.
 
 The records headers of the contract (`olstream.contract.wire`: partition, offset, type, fingerprint) are
 copied along when the failed message had them, so a record is always named by its place in
@@ -14,6 +17,8 @@ the event log.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 ERROR = "olstream.error"
 ERROR_DETAIL = "olstream.error.detail"
@@ -27,7 +32,28 @@ RESPONSE_LIMIT = 1024
 REJECTED = "rejected"
 """`olstream.error` of an event the receiver refused (400, 413 or 422: `connectors/sink/delivery.py`)."""
 
+TOO_LARGE = "too_large"
+"""`olstream.error` of a row (source) or an event (worker) above its size limit."""
+SIZE = "olstream.error.size"
+DIGEST = "olstream.error.sha256"
+COPY_LIMIT = 65_536
+"""Bytes of a failed payload copied to an errors topic or DLQ; a larger one is cut (`bounded_copy`)."""
+
 Headers = list[tuple[str, str | bytes | None]]
+
+
+def bounded_copy(payload: bytes, *, always: bool = False) -> tuple[bytes, Headers]:
+    """The copy of a failed payload to publish, and headers naming the whole: its size and SHA-256.
+
+    A payload up to `COPY_LIMIT` bytes is copied whole (with no headers unless `always`); a larger
+    one is cut to its first `COPY_LIMIT` bytes, so an error record always fits its topic.
+    """
+    if len(payload) <= COPY_LIMIT and not always:
+        return payload, []
+    return payload[:COPY_LIMIT], [
+        (SIZE, str(len(payload)).encode()),
+        (DIGEST, hashlib.sha256(payload).hexdigest().encode()),
+    ]
 
 
 def origin_headers(topic: str, partition: int, offset: int) -> Headers:

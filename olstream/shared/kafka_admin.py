@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+
+# ConfigResource and ResourceType are public at runtime but missing from the stubs
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
 from olstream.shared.errors import InfrastructureError
@@ -49,3 +51,46 @@ def topic_partitions(bootstrap: str, name: str, timeout: float = 10.0) -> int | 
     if t is None or t.error is not None:
         return None
     return len(t.partitions)
+
+
+def topic_max_message_bytes(bootstrap: str, name: str, timeout: float = 10.0) -> int | None:
+    """The topic's effective `max.message.bytes` (its own or the broker's default); None if unknown."""
+    admin = AdminClient(client_config(bootstrap))
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
+            timeout=timeout
+        )
+    except KafkaException as e:
+        log.warning("could not read the settings of topic %s: %s", name, e)
+        return None
+    entry = configs.get("max.message.bytes")
+    try:
+        return None if entry is None or entry.value is None else int(entry.value)
+    except ValueError:
+        return None
+
+
+def fit_limit(bootstrap: str, topic: str, limit: int, headroom: int, setting: str) -> int:
+    """`limit`, or less when an existing topic accepts less than `limit` + `headroom` (logged once).
+
+    A topic olstream creates accepts the limit; one created before, or by someone else, keeps its
+    own settings (never changed here), and a value it would refuse must go to the errors topic
+    instead of failing the producer.
+    """
+    accepted = topic_max_message_bytes(bootstrap, topic)
+    if accepted is None or accepted >= limit + headroom:
+        return limit
+    fitted = max(0, accepted - headroom)
+    log.warning(
+        "topic %s accepts messages up to %d bytes (max.message.bytes), less than %s %d plus %d bytes of "
+        "headroom: values above %d bytes go to the errors topic as too_large (raise the topic's "
+        "max.message.bytes to allow more)",
+        topic,
+        accepted,
+        setting,
+        limit,
+        headroom,
+        fitted,
+    )
+    return fitted

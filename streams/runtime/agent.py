@@ -16,15 +16,13 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 
-from olstream.contract import codec, wire
+from olstream.contract import codec, topics, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
 from olstream.contract.records import Record, RunEnded
-from olstream.shared import deadletter
 from olstream.shared.errors import DecodeError, DeliveryError, ExitCode
 from olstream.streams.processor import apply
 from olstream.streams.retention import CommittedLogPositions, Retention
@@ -32,6 +30,7 @@ from olstream.streams.runid import epoch_millis
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.input_order import InputOrder
+from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.sender import Sender
 from olstream.streams.state import RunState, StreamInputError
 from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
@@ -66,27 +65,11 @@ def _where(event: Any) -> str:
     headers = msg.headers
     return (
         f"processing the record at topic partition {msg.partition}, offset {msg.offset} (log partition "
-        f"{_int_header(headers, wire.HEADER_PARTITION)}, offset {_int_header(headers, wire.HEADER_OFFSET)})"
+        f"{int_header(headers, wire.HEADER_PARTITION)}, offset {int_header(headers, wire.HEADER_OFFSET)})"
     )
 
 
-def _header(headers: Any, name: str) -> bytes | None:
-    items: Iterable[tuple[str, bytes]] = headers.items() if isinstance(headers, dict) else (headers or ())
-    for k, v in items:
-        if k == name:
-            return v
-    return None
-
-
-def _int_header(headers: Any, name: str) -> int | None:
-    raw = _header(headers, name)
-    try:
-        return int(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
-class StreamWorker(InputOrder):
+class StreamWorker(InputOrder, ErrorRecords):
     """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
 
     def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
@@ -260,10 +243,10 @@ class StreamWorker(InputOrder):
         headers = msg.headers
         try:
             record = codec.decode(
-                value, _int_header(headers, wire.HEADER_PARTITION), _int_header(headers, wire.HEADER_OFFSET)
+                value, int_header(headers, wire.HEADER_PARTITION), int_header(headers, wire.HEADER_OFFSET)
             )
-        except DecodeError as e:
-            self.reject(event, "undecodable", str(e))
+        except DecodeError as e:  # undecodable, or invalid_time (naming the field)
+            self.reject(event, e.error_reason, str(e))
             return
         m.record_counter(type(record).__name__).inc()
         log_offsets = self.batch_positions.get(msg.partition)
@@ -276,6 +259,8 @@ class StreamWorker(InputOrder):
             step = apply(record, self.cfg, self.lookup, msg.partition)
         except StreamInputError as e:
             self.reject(event, e.reason, str(e))
+            return
+        if self.too_large(event, record, step):
             return
         if step.write is not None:
             self.put(step.key, step.write, event)
@@ -328,26 +313,12 @@ class StreamWorker(InputOrder):
                 record.offset,
             )
 
-    def reject(self, event: Any, reason: str, detail: str) -> None:
-        msg = event.message
-        m.ERRORS.labels(reason).inc()
-        log.warning("bad input at topic partition %d, offset %d: %s", msg.partition, msg.offset, detail)
-        headers: list[tuple[str, str | bytes | None]] = [
-            (deadletter.ERROR, reason.encode()),
-            (deadletter.ERROR_DETAIL, detail.encode("utf-8")),
-            *deadletter.origin_headers(msg.topic, msg.partition, msg.offset),
-        ]
-        for name in wire.RECORD_HEADERS:
-            raw = _header(msg.headers, name)
-            if raw is not None:
-                headers.append((name, raw))
-        self.sender.send(self.settings.errors_topic, msg.key, event.value, headers)
-
 
 def attach(sa: m.StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hook and the idle timer on the app."""
     input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
-    worker = StreamWorker(sa, Sender(sa.settings.bootstrap), input_offsets)
+    sender = Sender(sa.settings.bootstrap, topics.producer_size_config(sa.settings.max_event_bytes))
+    worker = StreamWorker(sa, sender, input_offsets)
     app = sa.app
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")

@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 import faust
 from prometheus_client import Counter, Gauge
 
-from olstream.shared.kafka_admin import ensure_topic, topic_partitions
+from olstream.contract import topics
+from olstream.shared.kafka_admin import ensure_topic, fit_limit, topic_partitions
 from olstream.shared.kafka_clients import consumer_config, faust_broker
+from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
 from olstream.streams.runtime.consumer import use_worker_consumer
 from olstream.streams.settings import WorkerSettings
 
@@ -48,7 +50,7 @@ INPUT_REREAD = Counter(
 )
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 
-CHANGELOG_CONFIG = {"cleanup.policy": "compact"}
+CHANGELOG_CONFIG = {"cleanup.policy": "compact"}  # and the size of `topics.size_config`
 
 
 @cache
@@ -72,15 +74,27 @@ class StreamApp:
     partitions: int
 
 
-def prepare_topics(settings: WorkerSettings) -> int:
-    """Create the input/output/errors topics when missing; the input's partition count."""
-    ensure_topic(settings.bootstrap, settings.input_topic, settings.default_partitions)
+def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
+    """Create the input/output/errors topics when missing; the input's partition count, and the
+    settings with `max_event_bytes` fitted to what an existing output topic accepts.
+
+    Topics it creates accept messages of `--max-event-bytes` (`topics.size_config`).
+    """
+    sized = topics.size_config(settings.max_event_bytes)
+    ensure_topic(settings.bootstrap, settings.input_topic, settings.default_partitions, sized)
     partitions = topic_partitions(settings.bootstrap, settings.input_topic)
     if partitions is None:
         raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
-    ensure_topic(settings.bootstrap, settings.output_topic, partitions)
-    ensure_topic(settings.bootstrap, settings.errors_topic, 1)
-    return partitions
+    ensure_topic(settings.bootstrap, settings.output_topic, partitions, sized)
+    ensure_topic(settings.bootstrap, settings.errors_topic, 1, sized)
+    limit = fit_limit(
+        settings.bootstrap,
+        settings.output_topic,
+        settings.max_event_bytes,
+        topics.MESSAGE_HEADROOM_BYTES,
+        "--max-event-bytes",
+    )
+    return partitions, replace(settings, max_event_bytes=limit)
 
 
 def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
@@ -98,6 +112,9 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         producer_acks=-1,
         producer_linger_ms=5,
         producer_max_batch_size=1_048_576,
+        # the changelog carries run states up to --max-event-bytes; a fetch takes a whole one
+        producer_max_request_size=settings.max_event_bytes + topics.MESSAGE_HEADROOM_BYTES,
+        consumer_max_fetch_size=max(1_048_576, settings.max_event_bytes + topics.MESSAGE_HEADROOM_BYTES),
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=True,  # a rebalance waits until every taken event is acked (batches flush in 0.1 s)
         broker_commit_every=10_000,
@@ -128,9 +145,48 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_type=bytes,
         value_type=bytes,
         partitions=partitions,
-        extra_topic_configs=CHANGELOG_CONFIG,
+        extra_topic_configs={**CHANGELOG_CONFIG, **topics.size_config(settings.max_event_bytes)},
     )
     return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
+
+
+class StreamWorkerProcess(faust.Worker):
+    """faust's worker, with the stop deadline (`olstream.shared.stopping`) chained onto its signals.
+
+    mode installs its SIGTERM/SIGINT handlers with `loop.add_signal_handler` in
+    `install_signal_handlers` (from the worker's first start); the deadline is chained right after,
+    so that faust still sees the signal and stops as before, and the process leaves with
+    `STOP_TIMEOUT` when that stop does not end within `--stop-timeout` (an agent that never
+    returns, a rebalance or shutdown that waits forever for acks). Checked again once the app has
+    started, in case anything installed handlers over it meanwhile.
+    """
+
+    stop_timeout: float = 30.0
+
+    def install_signal_handlers(self) -> None:
+        super().install_signal_handlers()
+        self.chain_stop_deadline()
+
+    def chain_stop_deadline(self) -> None:
+        if all(installed_deadline(sig) is not None for sig in STOP_SIGNALS):
+            return
+        install_stop_deadline(self.stop_timeout, "worker")
+        log.info("a stop signal leaves after %.1f s at most (--stop-timeout)", self.stop_timeout)
+
+    async def on_startup_finished(self) -> None:
+        await super().on_startup_finished()
+        if any(installed_deadline(sig) is None for sig in STOP_SIGNALS):
+            log.warning("the stop deadline's signal handlers were replaced: chaining them again")
+            self.chain_stop_deadline()
+
+
+def worker_process(sa: StreamApp) -> StreamWorkerProcess:
+    """The faust worker that runs the app (logging stays olstream's own)."""
+    worker = StreamWorkerProcess(
+        sa.app, loglevel=logging.getLogger().level, override_logging=False, quiet=True
+    )
+    worker.stop_timeout = sa.settings.stop_timeout
+    return worker
 
 
 class InputOffsets:

@@ -89,3 +89,40 @@ def test_with_transactions_only_a_commit_moves_the_acked_positions() -> None:
     assert publisher.acked == {0: 4}
     publisher.set_acked({0: 6})
     assert publisher.acked == {0: 6}
+
+
+def test_a_row_above_the_limit_goes_to_the_errors_topic_bounded_and_the_rest_goes_on() -> None:
+    import hashlib
+
+    from olstream.connectors.source.publisher import ERRORS
+    from olstream.contract.records import RunError
+    from olstream.shared import deadletter
+
+    producer = RecordingProducer()
+    limit = 100_000
+    publisher = Publisher(producer, "t", "t.errors", transactional=False, max_record_bytes=limit)  # type: ignore[arg-type]
+    big_valid = RunEnded(0, 1, T, "run", RunStatus.FAILED, T, RunError("boom", "E", "x" * 2_000_000))
+    big_junk = StoredRow(1, 0, b"\xc3\x01" + b"j" * 5_000_000)
+    rows = [good(0, 0), StoredRow(0, 1, codec.encode(big_valid)), good(0, 2), big_junk, good(1, 1)]
+    counted = ERRORS.labels(kind="too_large")._value.get()
+    assert publisher.publish(rows) == len(rows)
+    publisher.flush()
+    assert [(m.topic, m.headers[1][1]) for m, _ in producer.sent] == [
+        ("t", b"0"),
+        ("t.errors", b"1"),
+        ("t", b"2"),
+        ("t.errors", b"0"),
+        ("t", b"1"),
+    ]
+    assert publisher.published == 3 and publisher.errors == 2
+    assert publisher.acked == {0: 2, 1: 1}
+    assert ERRORS.labels(kind="too_large")._value.get() == counted + 2
+    for m, row in zip(
+        (m for m, _ in producer.sent if m.topic == "t.errors"), (rows[1], big_junk), strict=True
+    ):
+        h = dict(m.headers)
+        assert h[deadletter.ERROR] == b"too_large"
+        assert len(m.value) == deadletter.COPY_LIMIT and row.payload.startswith(m.value)
+        assert h[deadletter.SIZE] == str(len(row.payload)).encode()
+        assert h[deadletter.DIGEST] == hashlib.sha256(row.payload).hexdigest().encode()
+        assert f"row of {len(row.payload)} bytes, above the limit {limit}" in str(h[deadletter.ERROR_DETAIL])

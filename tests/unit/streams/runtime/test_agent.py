@@ -22,8 +22,9 @@ import pytest
 from faust.streams import _current_event
 from faust.types import TP
 
-from olstream.contract import codec
-from olstream.contract.records import Record
+from olstream.contract import codec, topics
+from olstream.contract.records import Direction, Record
+from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError
 from olstream.streams.input_ledger import InputLedger
 from olstream.streams.runtime import agent
@@ -88,6 +89,7 @@ class FakeSender:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.fail_flush = False
+        self.values: list[tuple[str, bytes, dict[str, Any]]] = []  # topic, value, headers of every send
 
     def send(
         self,
@@ -97,6 +99,8 @@ class FakeSender:
         headers: list[tuple[str, str | bytes | None]] | None = None,
         partition: int | None = None,
     ) -> None:
+        assert value is not None
+        self.values.append((topic, value, dict(headers or [])))
         if topic == OUTPUT:
             assert value is not None
             doc = json.loads(value)
@@ -262,6 +266,7 @@ class Rig:
         batch_size: int = 1000,
         partitions: tuple[int, ...] = (0, 1),
         bases: dict[int, int] | None = None,
+        max_event_bytes: int = topics.MAX_MESSAGE_BYTES,
     ) -> None:
         self.loop = loop
         self.trace: Trace = []
@@ -276,7 +281,12 @@ class Rig:
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
-        settings = WorkerSettings(batch_size=batch_size, batch_within=0.0, retention_ms=RETENTION_MS)
+        settings = WorkerSettings(
+            batch_size=batch_size,
+            batch_within=0.0,
+            retention_ms=RETENTION_MS,
+            max_event_bytes=max_event_bytes,
+        )
         sa = StreamApp(
             settings,
             cast(faust.App, self.app),
@@ -452,6 +462,42 @@ def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: 
         ("ack", 0, 1, True),
         ("ack", 0, 2, True),
     ]
+
+
+def test_records_that_would_make_an_event_or_state_too_large_go_to_the_errors_topic(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """150 outputs with 8 KB names: the declarations that do not fit are refused, each as too_large,
+    and the run still ends with an event within the limit; a START above the limit is refused too."""
+    limit = 100_000
+    rig = Rig(monkeypatch, loop, max_event_bytes=limit)
+    names = [f"{i:03d}" + "n" * 8_000 for i in range(150)]
+    rig.feed(
+        event_of(started("r1", offset=0), 0, 0),
+        *(
+            event_of(declared("r1", offset=1 + i, direction=Direction.OUTPUT, name=n), 0, 1 + i)
+            for i, n in enumerate(names)
+        ),
+        event_of(ended("r1", offset=200), 0, 151),
+        event_of(started("r2", offset=201, instance="i" * 200_000), 0, 152),
+    )
+    rig.flush_quiet_batch()
+    outputs = [json.loads(v) for t, v, _ in rig.sender.values if t == OUTPUT]
+    errors = [(v, h) for t, v, h in rig.sender.values if t == ERRORS]
+    assert [d["eventType"] for d in outputs] == ["START", "COMPLETE"]
+    kept = [o["name"] for o in outputs[1]["outputs"]]
+    assert kept == names[: len(kept)] and 5 < len(kept) < 150
+    assert all(len(v) <= limit for t, v, _ in rig.sender.values)
+    assert len(errors) == 150 - len(kept) + 1
+    for value, h in errors:
+        assert h[deadletter.ERROR] == b"too_large" and len(value) <= deadletter.COPY_LIMIT
+        assert int(h[deadletter.SIZE]) >= len(value) and len(h[deadletter.DIGEST]) == 64
+    *refused, (start_copy, start_h) = errors
+    assert all(b"the dataset is not added" in h[deadletter.ERROR_DETAIL] for _, h in refused)
+    assert int(start_h[deadletter.SIZE]) > limit and start_copy.startswith(b'{"eventTime"')
+    assert b"START event is" in start_h[deadletter.ERROR_DETAIL]
+    assert rig.table.state("r2") is None  # not applied: its end would be an unknown run, not a guess
+    assert counted_acks(rig.take(), 0) == list(range(153))
 
 
 # ---------------------------------------------------------------------------- admission and ack order
