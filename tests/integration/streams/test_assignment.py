@@ -95,7 +95,9 @@ def test_a_reused_engine_run_id_gives_the_same_events_under_either_assignment(
             stop(p)
 
     assert len(together) == expected, [o.doc["eventType"] for o in together]
-    assert sorted(o.value for o in together) == sorted(o.value for o in apart)
+    # the same events, byte for byte; two workers may repeat some around a rebalance (at least once)
+    distinct_apart = {o.value for o in apart}
+    assert {o.value for o in together} == distinct_apart and len(distinct_apart) == expected
     shared = [o.doc for o in together if o.doc["run"]["facets"]["workflow"]["engineRunId"] == "shared"]
     assert sorted(d["eventType"] for d in shared) == ["COMPLETE", "FAIL", "START", "START"]
     assert len({d["run"]["runId"] for d in shared}) == 2
