@@ -24,6 +24,7 @@ class Output:
     key: bytes
     value: bytes
     event_type: str
+    run_id: str  # the event's run.runId (`wire.HEADER_RUN_ID`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +38,12 @@ class Step:
 
 
 def _start_output(cfg: MappingConfig, s: st.RunState) -> Output:
-    return Output(event_key(s), start_event(cfg, s), "START")
+    return Output(event_key(s), start_event(cfg, s), "START", s.run.run_id)
 
 
 def _terminal_output(cfg: MappingConfig, s: st.RunState) -> Output:
     assert s.end is not None
-    return Output(event_key(s), terminal_event(cfg, s), TERMINAL_EVENT_TYPES[s.end.status])
+    return Output(event_key(s), terminal_event(cfg, s), TERMINAL_EVENT_TYPES[s.end.status], s.run.run_id)
 
 
 def _unknown(record: DatasetDeclared | RunEnded, what: str) -> st.StreamInputError:

@@ -1,9 +1,12 @@
-"""The Kafka key and headers of every message on the records topic (source -> worker).
+"""The Kafka keys and headers of olstream's messages.
 
-Key: the record's log partition in ASCII decimal, so one log partition stays in one Kafka
-partition, in order. Headers (values ASCII): where the record is in the event log, and which
-record and writer schema its Avro single-object body holds, so a consumer can route or skip it
-without decoding.
+Records topic (source -> worker). Key: the record's log partition in ASCII decimal, so one log
+partition stays in one Kafka partition, in order. Headers (values ASCII): where the record is in
+the event log, and which record and writer schema its Avro single-object body holds, so a consumer
+can route or skip it without decoding.
+
+Events topic (worker -> sink). `HEADER_RUN_ID`: the event's run, so the sink keeps each run's
+events in order without parsing JSON (events without it are parsed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ HEADER_TYPE = "olstream.type"
 HEADER_FINGERPRINT = "olstream.fingerprint"
 """16 hex characters: the CRC-64-AVRO fingerprint of the body's writer schema."""
 RECORD_HEADERS = (HEADER_PARTITION, HEADER_OFFSET, HEADER_TYPE, HEADER_FINGERPRINT)
+HEADER_RUN_ID = "olstream.run_id"
+"""On an event: its `run.runId` (ASCII)."""
 
 
 def message_key(log_partition: int) -> bytes:

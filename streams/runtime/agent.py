@@ -284,7 +284,8 @@ class StreamWorker(InputOrder, ErrorRecords):
                 MAX_JOB_PATH_BYTES,
             )
         for out in step.outputs:
-            self.sender.send(self.settings.output_topic, out.key, out.value)
+            headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
+            self.sender.send(self.settings.output_topic, out.key, out.value, headers)
             m.event_counter(out.event_type).inc()
 
     async def refresh_committed(self, offsets_of: m.InputOffsets) -> None:

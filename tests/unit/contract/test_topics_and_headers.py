@@ -8,6 +8,7 @@ from tests.support.paths import REPO
 
 HEADERS = (
     *wire.RECORD_HEADERS,
+    wire.HEADER_RUN_ID,
     deadletter.ERROR,
     deadletter.ERROR_DETAIL,
     deadletter.SOURCE_TOPIC,

@@ -22,7 +22,7 @@ import pytest
 from faust.streams import _current_event
 from faust.types import TP
 
-from olstream.contract import codec, topics
+from olstream.contract import codec, topics, wire
 from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError
@@ -678,3 +678,12 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
     rig.feed(event_of(started("r5", offset=4, start=later(32)), 0, 4))
     rig.flush_quiet_batch()
     assert [s for s in rig.take() if s[0] in ("flush", "del")] == [("flush",), ("del", "0:r1", 0)]
+
+
+def test_every_event_carries_its_run_id_header_for_the_sink(rig: Rig) -> None:
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    rig.flush_quiet_batch()
+    outputs = [(json.loads(v), h) for t, v, h in rig.sender.values if t == OUTPUT]
+    assert [d["eventType"] for d, _ in outputs] == ["START", "COMPLETE"]
+    for doc, headers in outputs:
+        assert headers[wire.HEADER_RUN_ID] == doc["run"]["runId"].encode()
