@@ -1,16 +1,23 @@
-"""Delivery bookkeeping, free of I/O: contiguous commits, per-key order, outcomes, backoff.
+"""Delivery bookkeeping, free of I/O: contiguous commits, per-run order, outcomes, retries.
 
 - `ContiguousCommitTracker`: one per owned partition; the committable offset only moves over a
   contiguous prefix of finished (delivered or dead-lettered) events.
-- `KeyedQueues`: events of one key leave strictly one after another; only a key's head is ever
-  handed out, and its successor only once the head is finished.
+- `KeyedQueues`: events of one run leave strictly one after another (`PendingEvent.order_key`);
+  only a run's head is ever handed out, and its successor only once the head is finished. Events
+  of different runs go out concurrently.
 - `classify`: HTTP status -> delivered / retry / reject (DLQ) / misconfigured (retry, loudly).
 - `Backoff`: exponential with jitter, 0.5 s .. ~5 min, reset on any delivery; Retry-After wins.
+  One per failing event (its own retries), and one for the receiver as a whole: the circuit, open
+  while everything fails (`Retries`).
+- `Retries`: which failures are one event's (retried on its own, dead-lettered as
+  `retries_exhausted` after the retry timeout) and which are the receiver's (an outage: the
+  circuit opens, everything waits, nothing is dead-lettered).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import random
 import time
 from collections import deque
@@ -18,6 +25,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+
+EventId = tuple[str, int, int]  # topic, partition, offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +39,41 @@ class PendingEvent:
     key: bytes | None
     value: bytes
     epoch: int  # the assignment epoch of its partition; stale after a revocation
+    run: str | None = None  # the event's runId (`run_of`)
 
     @property
     def order_key(self) -> Hashable:
-        """Events sharing this are delivered strictly in offset order (keyless ones are independent)."""
+        """Events sharing this are delivered strictly in offset order: one run's events of a partition.
+
+        An event whose run cannot be read is ordered with its Kafka key's events (keyless: alone).
+        """
+        if self.run is not None:
+            return (self.topic, self.partition, "run", self.run)
         if self.key is None:
             return (self.topic, self.partition, self.offset)
-        return (self.topic, self.partition, self.key)
+        return (self.topic, self.partition, "key", self.key)
+
+    @property
+    def ident(self) -> EventId:
+        return (self.topic, self.partition, self.offset)
 
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+def run_of(header: bytes | None, value: bytes) -> str | None:
+    """The event's runId: the worker's `olstream.run_id` header, else `run.runId` in its JSON."""
+    if header:
+        try:
+            return header.decode("ascii")
+        except UnicodeDecodeError:
+            pass
+    try:
+        doc = json.loads(value)
+        run_id = doc["run"]["runId"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 class Outcome(enum.Enum):
@@ -225,3 +259,95 @@ class KeyedQueues:
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
+
+
+@dataclass
+class EventRetry:
+    """One failing event's retries: its own backoff, and since when it fails while others get through."""
+
+    backoff: Backoff
+    failing_since: float | None = None
+    circuit: int = -1  # the circuit generation `failing_since` was taken in
+    last: DeliveryResult | None = None
+
+
+CIRCUIT_THRESHOLD = 3
+"""Distinct events failing with no delivery between them: the receiver is failing, not an event."""
+
+
+class Retries:
+    """Tells one event's failures from the receiver's, and when a failing event is given up.
+
+    - A failure counts against the receiver (the circuit: `circuit`, a `Backoff` every sender waits
+      for) once `CIRCUIT_THRESHOLD` distinct events failed with no delivery between them, or for
+      429 (the receiver asks everyone to slow down). Otherwise only the event waits: its own
+      backoff, while the rest flows.
+    - An event is dead-lettered (`expired`) once it has kept failing for `timeout` seconds while
+      the receiver accepted other events, and the circuit is closed. Its clock restarts whenever
+      the circuit opens: what fails during an outage is never given up.
+    """
+
+    def __init__(
+        self,
+        circuit: Backoff,
+        timeout: float,
+        initial: float,
+        maximum: float,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.circuit = circuit
+        self.rng = rng
+        self.timeout = timeout
+        self.initial = initial
+        self.maximum = maximum
+        self.clock = clock
+        self.events: dict[EventId, EventRetry] = {}
+        self.failing: set[EventId] = set()  # distinct events failed since the last delivery
+        self.last_delivery = float("-inf")
+
+    def delivered(self, ident: EventId) -> None:
+        self.events.pop(ident, None)
+        self.failing.clear()
+        self.last_delivery = self.clock()
+        self.circuit.succeeded()
+
+    def forget(self, ident: EventId) -> None:
+        """The event is finished otherwise (dead-lettered) or no longer ours (revoked)."""
+        self.events.pop(ident, None)
+        self.failing.discard(ident)
+
+    def failed(self, ident: EventId, result: DeliveryResult, generation: int) -> tuple[float, bool]:
+        """Register a failure of a request started in circuit `generation`: (its wait, receiver-wide)."""
+        now = self.clock()
+        retry = self.events.get(ident)
+        if retry is None:
+            retry = self.events[ident] = EventRetry(Backoff(self.initial, self.maximum, self.clock, self.rng))
+        retry.last = result
+        self.failing.add(ident)
+        global_failure = len(self.failing) >= CIRCUIT_THRESHOLD or result.status == 429
+        if global_failure:
+            wait = self.circuit.failed(generation, result.retry_after)
+        else:
+            wait = retry.backoff.failed(retry.backoff.generation, result.retry_after)
+        if retry.failing_since is None or retry.circuit != self.circuit.generation:
+            retry.failing_since, retry.circuit = now, self.circuit.generation
+        return wait, global_failure
+
+    def expired(self, ident: EventId) -> bool:
+        """True when the event has failed alone for the retry timeout: dead-letter it."""
+        retry = self.events.get(ident)
+        if self.timeout <= 0 or retry is None or retry.failing_since is None or self.circuit.active:
+            return False
+        if retry.circuit != self.circuit.generation:
+            return False  # the circuit opened since: an outage, not this event
+        now = self.clock()
+        return now - retry.failing_since >= self.timeout and self.last_delivery > retry.failing_since
+
+    def drop_partitions(self, partitions: set[tuple[str, int]]) -> None:
+        for ident in [i for i in self.events if (i[0], i[1]) in partitions]:
+            self.forget(ident)
+
+    def last_result(self, ident: EventId) -> DeliveryResult | None:
+        retry = self.events.get(ident)
+        return None if retry is None else retry.last

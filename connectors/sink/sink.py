@@ -1,4 +1,4 @@
-"""The sink's consumer loop: Kafka -> receiver, at-least-once, per-key order, bounded concurrency.
+"""The sink's consumer loop: Kafka -> receiver, at-least-once, per-run order, bounded concurrency.
 
 One asyncio loop owns everything: the confluent-kafka consumer is polled without blocking
 (`consume(timeout=0)`, so rebalance callbacks run on this thread too), `concurrency` worker
@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
@@ -24,9 +25,13 @@ from olstream.connectors.sink.delivery import (
     KeyedQueues,
     Outcome,
     PendingEvent,
+    Retries,
+    run_of,
 )
+from olstream.connectors.sink.lag import LagGauge
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.transports import HttpTransport, SinkTransport
+from olstream.contract import wire
 from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.idle import consumed_to_end
@@ -38,18 +43,27 @@ log = logging.getLogger(__name__)
 
 DELIVERED = Counter("olstream_sink_delivered", "Events the receiver accepted (2xx), written or printed")
 RETRIED = Counter("olstream_sink_retried", "Failed send attempts that will be retried")
-DEAD_LETTERED = Counter("olstream_sink_dead_lettered", "Events rejected (400/413/422) and written to the DLQ")
+DEAD_LETTERED = Counter(
+    "olstream_sink_dead_lettered",
+    "Events written to the DLQ: rejected (400/413/422), or failing alone for --retry-timeout",
+)
 BACKOFF_SECONDS = Gauge("olstream_sink_backoff_seconds", "Length of the backoff wait in progress")
 IN_FLIGHT = Gauge("olstream_sink_in_flight", "Requests in flight to the receiver")
-LAG = Gauge("olstream_sink_lag", "Events on the topic not yet committed by the sink (owned partitions)")
 
 TP = tuple[str, int]
 CONSUME_BATCH = 500
-LAG_QUERY_TIMEOUT = 1.0  # s; a broker that does not answer costs the lag gauge one round, not the loop
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
-class Sink:
+def _header(message: Message, name: str) -> bytes | None:
+    headers: Any = message.headers()
+    for item in headers or ():
+        if item[0] == name and isinstance(item[1], bytes):
+            return item[1]
+    return None
+
+
+class Sink(LagGauge):
     def __init__(
         self,
         settings: SinkSettings,
@@ -61,7 +75,10 @@ class Sink:
         self.transport = transport
         self.consumer = consumer
         self.dlq = dlq
-        self.backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self.backoff = Backoff(settings.backoff_initial, settings.backoff_max)  # the receiver's circuit
+        self.retries = Retries(
+            self.backoff, settings.retry_timeout, settings.backoff_initial, settings.backoff_max
+        )
         self.batch_size = max(1, settings.batch_size) if isinstance(transport, HttpTransport) else 1
         self.trackers: dict[TP, ContiguousCommitTracker] = {}
         self.epochs: dict[TP, int] = {}
@@ -119,6 +136,7 @@ class Sink:
             self.paused.discard(tp)
             self.fresh.discard(tp)
         self.queues.drop_partitions(partitions)
+        self.retries.drop_partitions(partitions)
 
     def _stale(self, event: PendingEvent) -> bool:
         return self.epochs.get((event.topic, event.partition)) != event.epoch
@@ -141,7 +159,8 @@ class Sink:
         if epoch is None or tracker is None:
             return  # a partition we no longer own
         value = message.value() or b""
-        event = PendingEvent(topic, partition, offset, message.key(), value, epoch)
+        run = run_of(_header(message, wire.HEADER_RUN_ID), value)
+        event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run)
         tracker.add(offset)
         self.positions[tp] = offset + 1
         self.starts.setdefault(tp, offset)
@@ -218,16 +237,29 @@ class Sink:
                 log.info("receiver accepts events again (%s)", self.settings.destination)
                 self.pause_reason = None
                 set_health(True)
-            self.backoff.succeeded()
+            self.retries.delivered(event.ident)
             self._finish(event)
         elif result.outcome is Outcome.REJECTED and self.dlq is not None:
-            self._dead_letter(event, result)
+            self.retries.forget(event.ident)
+            self._dead_letter(event, result, deadletter.REJECTED)
         else:
             RETRIED.inc()
             escalates = generation == self.backoff.generation
-            wait = self.backoff.failed(generation, result.retry_after)
-            if escalates:
+            wait, receiver_wide = self.retries.failed(event.ident, result, generation)
+            if result.outcome is Outcome.RETRY and self.dlq is not None and self.retries.expired(event.ident):
+                self.retries.forget(event.ident)
+                self._dead_letter(event, result, deadletter.RETRIES_EXHAUSTED)
+                return
+            if escalates or not receiver_wide:
                 self._log_failure(event, result, wait)
+            if receiver_wide:
+                self.ready.put_nowait(event)  # every sender waits for the circuit first
+            else:
+                # only this event (and its run's later events, queued behind it) waits
+                asyncio.get_running_loop().call_later(wait, self._retry, event)
+
+    def _retry(self, event: PendingEvent) -> None:
+        if not self._stale(event):
             self.ready.put_nowait(event)
 
     def _log_failure(self, event: PendingEvent, result: DeliveryResult, wait: float) -> None:
@@ -265,10 +297,12 @@ class Sink:
         if successor is not None:
             self.ready.put_nowait(successor)
 
-    def _dead_letter(self, event: PendingEvent, result: DeliveryResult) -> None:
+    def _dead_letter(
+        self, event: PendingEvent, result: DeliveryResult, reason: str = deadletter.REJECTED
+    ) -> None:
         assert self.dlq is not None
         headers: list[tuple[str, str | bytes | None]] = [
-            (deadletter.ERROR, deadletter.REJECTED),
+            (deadletter.ERROR, reason),
             (deadletter.HTTP_STATUS, str(result.status if result.status is not None else "")),
             # the answer as given, but never a credential it echoes (the URL, its user info, the key)
             (deadletter.HTTP_RESPONSE, redact(result.detail).encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
@@ -282,7 +316,8 @@ class Sink:
                 return
             DEAD_LETTERED.inc()
             log.warning(
-                "receiver rejected %s with HTTP %s (%s); dead-lettered to %s",
+                "%s %s with HTTP %s (%s); dead-lettered to %s",
+                "receiver rejected" if reason == deadletter.REJECTED else "gave up on",
                 event.where(),
                 result.status,
                 result.detail[:300],
@@ -319,50 +354,6 @@ class Sink:
             if owned is not None:
                 owned.mark_committed(tp_offset.offset)
         return True
-
-    def _update_lag(self) -> None:
-        """`olstream_sink_lag`: events on the owned partitions that the group has not committed.
-
-        Counted from the sink's last commit or, before it, from where the group started (the first
-        offset read, else its committed offset, else the beginning: auto.offset.reset=earliest),
-        never from the read position, which runs ahead of delivery. A partition's end is the cached
-        one of its last fetch, else the broker's: while it is paused (not fetched, its cached end
-        stands still as the topic grows) or before its first fetch; the highest end seen counts.
-        """
-        self._look_up_starts()
-        total, ask = 0, True  # a broker that does not answer is asked no more this round
-        for tp, tracker in self.trackers.items():
-            _low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-            if ask and (high < 0 or tp in self.paused):
-                bounds = self._broker_bounds(TopicPartition(*tp))
-                ask, high = bounds is not None, max(high, bounds[1] if bounds else -1)
-            high = self.ends[tp] = max(high, self.ends.get(tp, -1))
-            base = tracker.committed if tracker.committed is not None else self.starts.get(tp)
-            if base is not None and high >= 0:
-                total += max(0, high - base)
-        LAG.set(total)
-
-    def _look_up_starts(self) -> None:
-        """Where the group starts on partitions not read yet (so not committed by the sink either; e.g.
-        paused before their first fetch): its committed offset, else the beginning (auto.offset.reset)."""
-        unknown = [TopicPartition(*tp) for tp in self.trackers if tp not in self.starts]
-        try:
-            for p in self.consumer.committed(unknown, timeout=LAG_QUERY_TIMEOUT) if unknown else []:
-                bounds = (p.offset, -1) if p.offset >= 0 else self._broker_bounds(p)
-                if bounds is None:
-                    return
-                if (p.topic, p.partition) in self.trackers:
-                    self.starts.setdefault((p.topic, p.partition), bounds[0])
-        except KafkaException as e:
-            log.debug("cannot read where the group starts, for the lag: %s", e)
-
-    def _broker_bounds(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """(low, high) of a partition as the broker has them now; None when it does not answer in time."""
-        try:
-            return self.consumer.get_watermark_offsets(tp, timeout=LAG_QUERY_TIMEOUT, cached=False)
-        except KafkaException as e:
-            log.debug("cannot read the ends of %s[%d] for the lag: %s", tp.topic, tp.partition, e)
-            return None
 
     def _at_end(self) -> bool:
         """True when every owned partition is consumed to its end and everything is committed."""

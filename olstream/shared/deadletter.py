@@ -29,6 +29,9 @@ HTTP_STATUS = "olstream.status"
 HTTP_RESPONSE = "olstream.response"
 RESPONSE_LIMIT = 1024
 """Bytes of a receiver's answer kept in `olstream.response`."""
+RETRIES_EXHAUSTED = "retries_exhausted"
+"""`olstream.error` of an event the receiver kept failing (5xx, timeouts) for `--retry-timeout`
+while it accepted others: `olstream.status` and `olstream.response` hold the last answer."""
 REJECTED = "rejected"
 """`olstream.error` of an event the receiver refused (400, 413 or 422: `connectors/sink/delivery.py`)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -107,8 +108,13 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30) -
     return out
 
 
+def _run_of(record: LineageRecord) -> tuple[bytes, str]:
+    """The order the sink keeps: one run's events (its runId), within one Kafka key."""
+    return (record.key, str(json.loads(record.value)["run"]["runId"]))
+
+
 def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: Sequence[Request]) -> None:
-    """Every produced body arrived byte for byte; per key, every delivery of event i came after a
+    """Every produced body arrived byte for byte; per run, every delivery of event i came after a
     delivery of event i-1 (so first deliveries are in produced order, repeats only replay)."""
     bodies = {r.body for r in accepted}
     missing = [p for p in produced if p.value not in bodies]
@@ -116,15 +122,16 @@ def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: S
     produced_set = {p.value for p in produced}
     strangers = [b for b in bodies if b not in produced_set]
     assert not strangers, f"{len(strangers)} delivered bodies differ from every produced value"
-    index: dict[bytes, tuple[bytes, int]] = {}
-    per_key: dict[bytes, int] = defaultdict(int)
+    index: dict[bytes, tuple[tuple[bytes, str], int]] = {}
+    per_run: dict[tuple[bytes, str], int] = defaultdict(int)
     for rec in produced:
-        index[rec.value] = (rec.key, per_key[rec.key])
-        per_key[rec.key] += 1
-    seen: dict[bytes, set[int]] = defaultdict(set)
+        run = _run_of(rec)
+        index[rec.value] = (run, per_run[run])
+        per_run[run] += 1
+    seen: dict[tuple[bytes, str], set[int]] = defaultdict(set)
     for req in accepted:
-        key, pos = index[req.body]
-        assert pos == 0 or pos - 1 in seen[key], (
-            f"key {key!r}: event #{pos} delivered before event #{pos - 1} was ever delivered"
+        run, pos = index[req.body]
+        assert pos == 0 or pos - 1 in seen[run], (
+            f"run {run!r}: event #{pos} delivered before event #{pos - 1} was ever delivered"
         )
-        seen[key].add(pos)
+        seen[run].add(pos)

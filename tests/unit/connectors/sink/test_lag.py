@@ -7,8 +7,9 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from olstream.connectors.sink.delivery import PendingEvent
+from olstream.connectors.sink.lag import LAG
 from olstream.connectors.sink.settings import SinkSettings
-from olstream.connectors.sink.sink import LAG, Sink
+from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import ConsoleTransport
 
 OFFSET_INVALID = -1001
@@ -52,6 +53,9 @@ class FakeMessage:
         self._p, self._o = partition, offset
 
     def error(self) -> None:
+        return None
+
+    def headers(self) -> None:
         return None
 
     def topic(self) -> str:
