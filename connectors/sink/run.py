@@ -11,6 +11,7 @@ from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import make_transport
 from olstream.shared import kafka_clients
+from olstream.shared.errors import ExitCode
 from olstream.shared.kafka_admin import ensure_topic, topic_partitions
 from olstream.shared.kafka_clients import producer_config
 from olstream.shared.metrics import serve_metrics
@@ -19,15 +20,29 @@ log = logging.getLogger(__name__)
 
 
 async def run_sink(settings: SinkSettings) -> int:
-    """Deliver until stopped (or, with --until-idle, until everything is delivered); the exit code."""
+    """Deliver until stopped (or, with --until-idle, until everything is delivered); the exit code.
+
+    With OPENLINEAGE_DISABLED=true it returns OK at once, before Kafka is touched: no group joined,
+    nothing consumed or committed, so the backlog waits for a sink that is enabled (committing
+    without sending, as a disabled openlineage-python client drops events, would lose it for good).
+    """
+    if settings.disabled:
+        log.warning(
+            "OPENLINEAGE_DISABLED=true: the sink delivers nothing and commits nothing; the events of %s "
+            "wait in Kafka for group %s (unset OPENLINEAGE_DISABLED to deliver them)",
+            settings.topic,
+            settings.group,
+        )
+        return ExitCode.OK
     if settings.metrics_port:
         serve_metrics(settings.metrics_port)
     log.info(
-        "sink: %s -> %s (group %s, concurrency %d%s)",
+        "sink: %s -> %s (group %s, concurrency %d%s%s)",
         settings.topic,
         settings.destination,
         settings.group,
         settings.concurrency,
+        ", gzip" if settings.compression else "",
         ", dry run" if settings.dry_run else "",
     )
     dlq = None

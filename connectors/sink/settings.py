@@ -1,10 +1,12 @@
 """Sink settings: flags win over the environment, the environment over `openlineage.yml`.
 
-The destination comes from OpenLineage's own settings: OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT,
-OPENLINEAGE_API_KEY, OPENLINEAGE_CONFIG (names the YAML file; else `./openlineage.yml`, else
-`~/.openlineage/openlineage.yml`), whose `transport` section is the one openlineage-python reads
-(types http, file, console). Everything else is declared in `SINK_SETTINGS` and resolved by the
-shared resolver (`olstream.shared.config`): flags > OLSTREAM_* > the --config file > defaults.
+The destination comes from OpenLineage's own settings (`destination`, `openlineage_config`):
+OPENLINEAGE_URL, OPENLINEAGE_ENDPOINT, OPENLINEAGE_API_KEY, the nested OPENLINEAGE__TRANSPORT__*
+variables, OPENLINEAGE_DISABLED, and OPENLINEAGE_CONFIG (names the YAML file; else
+`./openlineage.yml`, else `~/.openlineage/openlineage.yml`), whose `transport` section is the one
+openlineage-python reads (types http, file, console, composite). Everything else is declared in
+`SINK_SETTINGS` and resolved by the shared resolver (`olstream.shared.config`): flags > OLSTREAM_*
+> the --config file > defaults.
 """
 
 from __future__ import annotations
@@ -16,35 +18,53 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olstream.connectors.sink.destination import DEFAULT_ENDPOINT as DEFAULT_ENDPOINT
+from olstream.connectors.sink.destination import Choice, resolve_destination, top_section
+from olstream.connectors.sink.destination import endpoint_url as endpoint_url
+from olstream.connectors.sink.destination import read_key_file as read_key_file
+from olstream.connectors.sink.openlineage_config import COMPOSITE, DISABLED, Section, is_disabled
+from olstream.connectors.sink.openlineage_config import TRANSPORT_TYPES as TRANSPORT_TYPES
 from olstream.contract import topics
 from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
     LOG_LEVEL,
     METRICS_PORT,
-    FileLayer,
+    Resolved,
     Setting,
     at_least,
     defaults,
     positive,
-    read_yaml,
     redact_url,
     resolve,
 )
 from olstream.shared.errors import ConfigError
-from olstream.shared.logs import REDACTED, hide_userinfo, register_secret, register_url_credentials
+from olstream.shared.logs import REDACTED, hide_userinfo
 from olstream.shared.stopping import STOP_TIMEOUT
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ENDPOINT = "api/v1/lineage"
-TRANSPORT_TYPES = ("http", "file", "console")
 
-
+TIMEOUT = Setting(
+    "timeout",
+    15.0,
+    "seconds per request (also OPENLINEAGE__TRANSPORT__TIMEOUT, openlineage.yml transport.timeout)",
+    parse=float,
+    env="",
+    check=positive,
+)
 SINK_SETTINGS = (
     BOOTSTRAP,
     Setting("topic", topics.RUN_EVENTS, "topic of RunEvents to deliver", env="OLSTREAM_SINK_TOPIC"),
     Setting("group", "olstream-sink", "consumer group", env="OLSTREAM_SINK_GROUP"),
+    Setting(
+        "transport_name",
+        None,
+        "run this member of a composite transport (openlineage.yml); its group and DLQ topic get "
+        "the suffix .NAME unless --group / --dlq-topic are given",
+        env="OLSTREAM_SINK_TRANSPORT",
+        flag="--transport",
+    ),
     Setting(
         "instance_id",
         None,
@@ -56,15 +76,17 @@ SINK_SETTINGS = (
         "batch_size", 0, "POST up to N events to {url}/batch (0: off)", parse=int, env="", check=at_least(0)
     ),
     Setting("connect_timeout", 5.0, "seconds to connect", parse=float, env="", check=positive),
-    Setting(
-        "timeout",
-        15.0,
-        "seconds per request (also openlineage.yml transport.timeout)",
-        parse=float,
-        env="",
-        check=positive,
-    ),
+    TIMEOUT,
     Setting("max_backoff", 300.0, "longest backoff wait, s", parse=float, env=""),
+    Setting(
+        "retry_timeout",
+        900.0,
+        "dead-letter an event (retries_exhausted) that kept failing this long while the receiver "
+        "accepted others, s (0: retry forever)",
+        parse=float,
+        env="OLSTREAM_SINK_RETRY_TIMEOUT",
+        check=at_least(0),
+    ),
     Setting(
         "max_buffered", 5000, "events held in memory before pausing", parse=int, env="", check=at_least(1)
     ),
@@ -90,10 +112,14 @@ class SinkSettings:
     topic: str = _D["topic"]
     group: str = _D["group"]
     transport: str = "http"  # http | file | console
+    transport_name: str | None = None  # the member of a composite transport this sink runs
     url: str | None = None  # the full URL events are POSTed to (suffix rule applied)
     api_key: str | None = field(default=None, repr=False)
     file_path: str | None = None
     ca_file: str | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # custom headers, every request
+    compression: str | None = None  # gzip: request bodies gzipped, Content-Encoding: gzip
+    disabled: bool = False  # OPENLINEAGE_DISABLED=true: deliver nothing, commit nothing
     connect_timeout: float = _D["connect_timeout"]
     total_timeout: float = _D["timeout"]
     concurrency: int = _D["concurrency"]
@@ -101,6 +127,7 @@ class SinkSettings:
     max_buffered: int = _D["max_buffered"]
     backoff_initial: float = 0.5
     backoff_max: float = _D["max_backoff"]
+    retry_timeout: float = _D["retry_timeout"]
     commit_interval: float = _D["commit_interval"]
     dlq_topic: str = _D["dlq_topic"]
     dry_run: bool = _D["dry_run"]
@@ -113,14 +140,15 @@ class SinkSettings:
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where it came from)
 
     def __repr__(self) -> str:
-        """The settings as `describe` shows them: no API key, no user info of the URL."""
+        """The settings as `describe` shows them: no API key, no header value, no user info of the URL."""
         shown = {k: v for k, v in self.describe().items() if k != "sources"}
         return f"SinkSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def describe(self) -> dict[str, Any]:
-        """A printable view of the settings with the API key and the URL's user info redacted."""
+        """A printable view of the settings: the API key, header values and the URL's user info redacted."""
         doc = dataclasses.asdict(self)
         doc["api_key"] = REDACTED if self.api_key else None
+        doc["headers"] = {name: REDACTED for name, _ in self.headers}
         doc["url"] = redact_url(self.url)
         doc["sources"] = dict(self.sources)
         return doc
@@ -128,164 +156,54 @@ class SinkSettings:
     @property
     def destination(self) -> str:
         """Where events go, for log lines: the URL's user info is ***."""
+        where = "stdout"
         if self.transport == "http":
-            return str(redact_url(self.url))
-        if self.transport == "file":
-            return f"file {self.file_path}"
-        return "stdout"
-
-
-def endpoint_url(url: str, endpoint: str | None) -> str:
-    """Apply the suffix rule: append `/api/v1/lineage` unless the URL ends with it or an endpoint is given.
-
-    An explicit endpoint is joined to the URL (unless the URL already ends with it); an empty
-    endpoint means "post to the URL exactly as given".
-    """
-    base = url.strip()
-    if not base.startswith(("http://", "https://")):
-        shown = redact_url(hide_userinfo(base))
-        raise ConfigError(f"OpenLineage URL must start with http:// or https://, got {shown!r}")
-    if endpoint is None:
-        endpoint = DEFAULT_ENDPOINT
-    suffix = endpoint.strip().strip("/")
-    trimmed = base.rstrip("/")
-    if not suffix or trimmed.endswith("/" + suffix):
-        return trimmed if suffix else base
-    return f"{trimmed}/{suffix}"
-
-
-def find_config_file(env: Mapping[str, str], cwd: Path, home: Path) -> Path | None:
-    named = env.get("OPENLINEAGE_CONFIG")
-    if named:
-        path = Path(named)
-        if not path.is_file():
-            raise ConfigError(f"OPENLINEAGE_CONFIG names {named!r}, which is not a readable file")
-        return path
-    for candidate in (cwd / "openlineage.yml", home / ".openlineage" / "openlineage.yml"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def read_transport_section(path: Path) -> dict[str, Any]:
-    doc = read_yaml(str(path), "the OpenLineage config") or {}
-    section = doc.get("transport") if isinstance(doc, dict) else None
-    if section is None:
-        return {}
-    if not isinstance(section, dict):
-        raise ConfigError(f"{path}: `transport` must be a mapping")
-    kind = section.get("type", "http")
-    if kind not in TRANSPORT_TYPES:
-        raise ConfigError(f"{path}: transport type {kind!r} is not supported (use one of {TRANSPORT_TYPES})")
-    return section
-
-
-def _yml_api_key(section: Mapping[str, Any]) -> str | None:
-    auth = section.get("auth") or {}
-    if not isinstance(auth, dict):
-        return None
-    key = auth.get("apiKey") or auth.get("apikey") or auth.get("api_key")
-    return str(key) if key else None
-
-
-def _yml_ca_file(section: Mapping[str, Any]) -> str | None:
-    ssl = section.get("sslContext") or section.get("ssl_context") or {}
-    if isinstance(ssl, dict):
-        ca = ssl.get("caCertPath") or ssl.get("ca_cert_path")
-        return str(ca) if ca else None
-    return None
-
-
-def read_key_file(path: str) -> str:
-    try:
-        key = Path(path).read_text().strip()
-    except OSError as e:
-        raise ConfigError(f"cannot read the API key file {path!r}: {e.strerror}") from e
-    if not key:
-        raise ConfigError(f"the API key file {path!r} is empty")
-    return key
+            where = str(redact_url(self.url))
+        elif self.transport == "file":
+            where = f"file {self.file_path}"
+        return f"{where} (transport {self.transport_name})" if self.transport_name else where
 
 
 def build_settings(
     flags: Mapping[str, Any], env: Mapping[str, str], cwd: Path, home: Path | None = None
 ) -> SinkSettings:
     """Merge flags (None = not given) over the environment over openlineage.yml over defaults."""
-    cfg_path = find_config_file(env, cwd, home or Path.home())
-    yml = read_transport_section(cfg_path) if cfg_path else {}
-    sources: dict[str, str] = {}
-
-    def pick(name: str, flag: Any, env_name: str | None, yml_value: Any) -> Any:
-        if flag is not None:
-            sources[name] = "flag"
-            return flag
-        if env_name and env.get(env_name):
-            sources[name] = f"env {env_name}"
-            return env[env_name]
-        if yml_value is not None:
-            sources[name] = f"file {cfg_path}"
-            return yml_value
-        return None
-
-    # Which transport: a flag naming one wins, then OPENLINEAGE_URL (http), then the file.
-    if flags.get("file"):
-        transport, sources["transport"] = "file", "flag"
-    elif flags.get("console"):
-        transport, sources["transport"] = "console", "flag"
-    elif flags.get("url"):
-        transport, sources["transport"] = "http", "flag"
-    elif env.get("OPENLINEAGE_URL"):
-        transport, sources["transport"] = "http", "env OPENLINEAGE_URL"
-    elif yml:
-        transport, sources["transport"] = str(yml.get("type", "http")), f"file {cfg_path}"
-    else:
-        raise ConfigError(
-            "no destination: give --url, --file or --console, set OPENLINEAGE_URL, "
-            "or a `transport` section in openlineage.yml (OPENLINEAGE_CONFIG)"
-        )
-
-    url = api_key = file_path = ca_file = None
-    yml_http = yml if yml.get("type", "http") == "http" else {}
-    if transport == "http":
-        raw_url = pick("url", flags.get("url"), "OPENLINEAGE_URL", yml_http.get("url"))
-        if not raw_url:
-            raise ConfigError("the http transport needs a URL (--url, OPENLINEAGE_URL or transport.url)")
-        register_url_credentials(str(raw_url))  # before anything can show it, in any form
-        endpoint = pick("endpoint", flags.get("endpoint"), "OPENLINEAGE_ENDPOINT", yml_http.get("endpoint"))
-        url = endpoint_url(str(raw_url), None if endpoint is None else str(endpoint))
-        key_file = flags.get("api_key_file")
-        if key_file:
-            api_key, sources["api_key"] = read_key_file(str(key_file)), "flag --api-key-file"
-        else:
-            api_key = pick("api_key", None, "OPENLINEAGE_API_KEY", _yml_api_key(yml_http))
-        ca_file = pick("ca_file", flags.get("ca_file"), None, _yml_ca_file(yml_http))
-        if yml_http.get("verify") is False:
-            log.warning("openlineage.yml sets verify: false; olstream always verifies TLS (use --ca-file)")
-    elif transport == "file":
-        yml_file = yml.get("log_file_path") if yml.get("type") == "file" else None
-        file_path = pick("file_path", flags.get("file"), None, yml_file)
-        if not file_path:
-            raise ConfigError("the file transport needs a path (--file or transport.log_file_path)")
-    register_secret(api_key)
-
-    yml_timeout = yml_http.get("timeout")
-    files = (FileLayer({"timeout": yml_timeout}, f"file {cfg_path}"),) if yml_timeout is not None else ()
-    r = resolve("sink", SINK_SETTINGS, flags, env, files)
+    r = resolve("sink", SINK_SETTINGS, flags, env)
+    top = top_section(env, cwd, home or Path.home())
+    dest = resolve_destination(choose(flags, env, top, r["transport_name"]), flags, env)
+    if dest.timeout is not None:
+        r = _transport_timeout(r, *dest.timeout)
+    sources = dict(dest.sources)
+    if name := dest.transport_name:  # a composite's member: its own group and DLQ, unless flags name them
+        for key in ("group", "dlq_topic"):
+            if r.origins[key] != "flag":
+                r = r.with_value(key, f"{r[key]}.{name}", f"{r.origins[key]} + .{name} (--transport)")
+        if r["transport_name"] is None:
+            sources["transport_name"] = f"the only member ({dest.sources['transport']})"
+    disabled = is_disabled(env)
+    if disabled:
+        sources["disabled"] = f"env {DISABLED}"
     sources.update({k: v for k, v in r.origins.items() if k not in sources})
     settings = SinkSettings(
         bootstrap=r["bootstrap"],
         topic=r["topic"],
         group=r["group"],
-        transport=transport,
-        url=url,
-        api_key=str(api_key) if api_key else None,
-        file_path=str(file_path) if file_path else None,
-        ca_file=str(ca_file) if ca_file else None,
+        transport=dest.transport,
+        transport_name=dest.transport_name,
+        url=dest.url,
+        api_key=dest.api_key,
+        file_path=dest.file_path,
+        ca_file=dest.ca_file,
+        headers=dest.headers,
+        compression=dest.compression,
+        disabled=disabled,
         connect_timeout=r["connect_timeout"],
         total_timeout=r["timeout"],
         concurrency=r["concurrency"],
         max_buffered=r["max_buffered"],
         batch_size=r["batch_size"],
         backoff_max=r["max_backoff"],
+        retry_timeout=r["retry_timeout"],
         commit_interval=r["commit_interval"],
         dlq_topic=r["dlq_topic"],
         dry_run=r["dry_run"],
@@ -299,6 +217,98 @@ def build_settings(
     )
     _check(settings)
     return settings
+
+
+def choose(flags: Mapping[str, Any], env: Mapping[str, str], top: Section, member: str | None) -> Choice:
+    """Which transport: a destination flag, else the variables' type, else OPENLINEAGE_URL, else the file's.
+
+    A composite (openlineage.yml or the variables) runs one member: the one `member` names
+    (`--transport`), or its only one.
+    """
+    kind, origin = top.kind
+    flag = next((name for name in ("file", "console", "url") if flags.get(name)), None)
+    if flag is not None:
+        if member:
+            raise ConfigError(
+                f"--transport {member} picks a member of a composite transport, but --{flag} names the "
+                "destination itself: give one of them"
+            )
+        chosen = "http" if flag == "url" else flag
+        return Choice(chosen, "flag", top if (kind or "http") == chosen else Section())
+    env_kind, _ = top.text("type", layers="env")
+    file_kind, _ = top.text("type", layers="file")
+    if env_kind is None and env.get("OPENLINEAGE_URL") and file_kind != COMPOSITE:
+        same = top if (file_kind or "http") == "http" else Section()  # the section describes this transport
+        return _plain(Choice("http", "env OPENLINEAGE_URL", same), member)
+    if not top:
+        raise ConfigError(
+            "no destination: give --url, --file or --console, set OPENLINEAGE_URL or "
+            "OPENLINEAGE__TRANSPORT__*, or a `transport` section in openlineage.yml (OPENLINEAGE_CONFIG)"
+        )
+    kind = kind or "http"
+    origin = origin or top.origin
+    if kind == COMPOSITE:
+        if top.get("continue_on_success")[0] is False:
+            log.warning(
+                "the composite transport sets continue_on_success: false (stop at the first receiver that "
+                "accepts); the sink runs each member on its own, and each member receives every event"
+            )
+        return _member(top.members(env), member, origin)
+    if kind not in TRANSPORT_TYPES:
+        raise ConfigError(
+            f"transport type {kind!r} (from {origin}) is not supported (use one of {TRANSPORT_TYPES})"
+        )
+    return _plain(Choice(kind, origin, top), member)
+
+
+def _plain(choice: Choice, member: str | None) -> Choice:
+    if member:
+        raise ConfigError(
+            f"--transport {member} picks a member of a composite transport, but the transport is "
+            f"{choice.kind} (from {choice.origin})"
+        )
+    return choice
+
+
+def _member(members: Mapping[str, Section], name: str | None, origin: str) -> Choice:
+    listed = ", ".join(members) or "none"
+    if not members:
+        raise ConfigError(f"the composite transport (from {origin}) has no members")
+    if name is None:
+        if len(members) > 1:
+            commands = " and ".join(f"`olstream sink --transport {n}`" for n in members)
+            raise ConfigError(
+                f"the composite transport (from {origin}) has {len(members)} members ({listed}): run one "
+                f"sink per receiver, {commands}; each gets its own consumer group and DLQ"
+            )
+        name = next(iter(members))
+    if name not in members:
+        raise ConfigError(
+            f"--transport {name}: the composite transport (from {origin}) has no such member ({listed})"
+        )
+    section = members[name]
+    kind, where = section.kind
+    kind = kind or "http"
+    if kind == COMPOSITE:
+        raise ConfigError(
+            f"composite member {name!r} (from {where}) is itself composite: members are {TRANSPORT_TYPES}"
+        )
+    if kind not in TRANSPORT_TYPES:
+        raise ConfigError(
+            f"composite member {name!r} has type {kind!r} (from {where}), which the sink does not support "
+            f"(use one of {TRANSPORT_TYPES})"
+        )
+    return Choice(kind, f"{where or origin}, member {name}", section, member=name, flat=False)
+
+
+def _transport_timeout(r: Resolved, value: Any, origin: str) -> Resolved:
+    """The transport's `timeout`: its OPENLINEAGE__ variable wins over the --config file; the yml does not."""
+    if r.origins["timeout"] == "flag" or (origin.startswith("file") and r.origins["timeout"] != "default"):
+        return r
+    try:
+        return r.with_value("timeout", TIMEOUT.convert(value), origin)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"invalid sink setting timeout {value!r} (from {origin}): {e}") from e
 
 
 def _check(s: SinkSettings) -> None:

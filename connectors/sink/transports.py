@@ -3,11 +3,14 @@
 Every transport answers `send(event)` with a DeliveryResult and makes what it accepted
 durable in `make_durable()`, which the sink calls before committing the offsets it covers.
 HTTP uses aiohttp (keep-alive pool bounded by the sink's concurrency); see the README for the
-benchmark that chose it over httpx.
+benchmark that chose it over httpx. Like openlineage-python's HttpTransport, it sends the custom
+headers of the settings on every request and, with compression gzip, gzips each body (level 3)
+with `Content-Encoding: gzip`.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -27,12 +30,14 @@ from olstream.connectors.sink.delivery import (
     classify,
     parse_retry_after,
 )
+from olstream.connectors.sink.destination import SECRET_MIN_CHARS
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.shared.logs import redact, register_secret
 
 log = logging.getLogger(__name__)
 
 RESPONSE_EXCERPT_BYTES = 1024
+GZIP_LEVEL = 3  # openlineage-python's: higher levels are twice as slow for little gain
 
 
 class SinkTransport(Protocol):
@@ -51,7 +56,9 @@ class HttpTransport:
 
     The URL's user info (`https://user:password@host`, `https://TOKEN@host`) is taken out of the URL
     and sent as Basic auth, as aiohttp would: the URL the transport holds, and any exception text
-    that names it, carries no credential.
+    that names it, carries no credential. Headers are those of openlineage-python, in its order:
+    `Content-Type: application/json`, the `Authorization`, then the custom headers (which may
+    replace Content-Type; settings refuse a custom Authorization next to a credential).
     """
 
     def __init__(self, settings: SinkSettings) -> None:
@@ -67,6 +74,15 @@ class HttpTransport:
         elif basic is not None:
             self.headers["Authorization"] = basic.encode()
             register_secret(self.headers["Authorization"].partition(" ")[2])  # a receiver may echo it
+        for name, value in settings.headers:
+            for same in [k for k in self.headers if k.lower() == name.lower()]:
+                del self.headers[same]  # header names are case-insensitive: one of each
+            self.headers[name] = value
+            if len(value) >= SECRET_MIN_CHARS:
+                register_secret(value)  # as build_settings does: a receiver may echo it
+        self.gzip = settings.compression == "gzip"
+        if self.gzip:
+            self.headers["Content-Encoding"] = "gzip"
         self._session: aiohttp.ClientSession | None = None
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -111,6 +127,8 @@ class HttpTransport:
 
     async def _post(self, url: str, body: bytes) -> tuple[DeliveryResult, bytes]:
         assert self._session is not None, "start() first"
+        if self.gzip:
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
         try:
             async with self._session.post(
                 url, data=body, headers=self.headers, allow_redirects=False

@@ -27,9 +27,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "sink",
         help="deliver OpenLineage events from Kafka to an HTTP receiver, a file or stdout (at-least-once)",
         description="Consume JSON RunEvents and deliver them at-least-once, in per-key order. "
-        "Flags win over OPENLINEAGE_URL / OPENLINEAGE_ENDPOINT / OPENLINEAGE_API_KEY, which win over "
-        "the transport section of openlineage.yml (OPENLINEAGE_CONFIG); the sink's own settings: "
-        "flags > OLSTREAM_* > --config file > defaults.",
+        "Flags win over the OPENLINEAGE__TRANSPORT__* variables, which win over OPENLINEAGE_URL / "
+        "OPENLINEAGE_ENDPOINT / OPENLINEAGE_API_KEY, which win over the transport section of "
+        "openlineage.yml (OPENLINEAGE_CONFIG); a composite transport runs one member per sink "
+        "(--transport NAME). OPENLINEAGE_DISABLED=true: exit 0 at once, nothing delivered or "
+        "committed. The sink's own settings: flags > OLSTREAM_* > --config file > defaults.",
     )
     dest = p.add_argument_group("destination (OpenLineage's settings)")
     dest.add_argument("--url", help="receiver base URL (env OPENLINEAGE_URL; yml transport.url)")

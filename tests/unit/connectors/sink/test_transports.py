@@ -132,6 +132,9 @@ class FakeMessage:
     def error(self) -> None:
         return None
 
+    def headers(self) -> None:
+        return None
+
     def topic(self) -> str:
         return "t"
 
