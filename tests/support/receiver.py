@@ -2,9 +2,13 @@
 
 It runs a raw asyncio HTTP server in a background thread (or, for benchmarks, as its
 own process: `python -m tests.support.receiver --port 0`), records every request body
-byte for byte, validates it against the official OpenLineage schemas (optional), and
+byte for byte (a `Content-Encoding: gzip` body decoded first), validates it against the
+official OpenLineage schemas (optional), and
 answers according to a script: a status with headers, a hang (accept, never answer), or
-a dropped connection. `stop()` / `start()` simulate an outage on the same port.
+a dropped connection. `stop()` / `start()` simulate an outage on the same port. Options for
+benchmarks: a fixed `latency` before every answer (a timer on the loop: other connections go
+on meanwhile), and `track_runs` (the runId and eventType of every event, in arrival order, with
+when it arrived and when its answer was due).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import ssl
 import sys
@@ -19,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 REASONS = {
     200: "OK",
@@ -69,6 +74,15 @@ class Request:
 Responder = Callable[[Request, int], Reply]
 
 
+class Arrival(NamedTuple):
+    """One event of an answered request (track_runs); times are time.monotonic() (system-wide)."""
+
+    run_id: str  # "?" when the body did not parse
+    event_type: str
+    received_at: float
+    answered_at: float  # when the answer was due: received_at + latency + the reply's delay
+
+
 def always_created(request: Request, n: int) -> Reply:
     return Reply(201)
 
@@ -81,6 +95,7 @@ class _State:
     invalid: list[str] = field(default_factory=list)
     count: int = 0
     record: bool = True
+    arrivals: list[Arrival] = field(default_factory=list)  # with track_runs
     first_at: float = 0.0
     last_at: float = 0.0
 
@@ -118,7 +133,7 @@ class _HttpProtocol(asyncio.Protocol):
             body = bytes(self.buf[end + 4 : end + 4 + length])
             del self.buf[: end + 4 + length]
             method, path = [*head[0].split(" "), "", ""][:2]
-            self._answer(method, path, headers, body)
+            self._answer(method, path, headers, self.receiver._decoded(headers, body))
 
     def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
         assert self.transport is not None
@@ -134,8 +149,9 @@ class _HttpProtocol(asyncio.Protocol):
         lines += [f"{k}: {v}" for k, v in reply.headers]
         response = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body
         closing = headers.get("connection", "").lower() == "close"
-        if reply.delay > 0:
-            asyncio.get_running_loop().call_later(reply.delay, self._write, response, closing)
+        delay = self.receiver.latency + reply.delay
+        if delay > 0:  # a timer: this connection waits, the loop serves the others meanwhile
+            asyncio.get_running_loop().call_later(delay, self._write, response, closing)
         else:
             self._write(response, closing)
 
@@ -151,9 +167,19 @@ class Receiver:
     """The scriptable receiver. Use as a context manager; `url` is its base URL."""
 
     def __init__(
-        self, port: int = 0, validate: bool = True, record: bool = True, tls: ssl.SSLContext | None = None
+        self,
+        port: int = 0,
+        validate: bool = True,
+        record: bool = True,
+        tls: ssl.SSLContext | None = None,
+        latency: float = 0.0,
+        track_runs: bool = False,
     ) -> None:
+        """`latency`: seconds added before every answer (responses only, not hang or drop), on top of
+        a Reply's own delay. `track_runs`: record each event's runId and eventType (`arrivals`)."""
         self.port = port
+        self.latency = latency
+        self.track_runs = track_runs
         self.tls = tls
         self.validate = validate
         self._state = _State(record=record)
@@ -234,9 +260,23 @@ class Receiver:
             status = reply.status if reply.action == "respond" else None
             if self._state.record:
                 self._state.requests.append(Request(method, path, headers, body, probe.received_at, status))
+            if self.track_runs and status is not None:
+                answered = now + self.latency + reply.delay
+                self._state.arrivals += [Arrival(r, t, now, answered) for r, t in _run_ids(body)]
         if self.validate and status is not None and 200 <= status < 300:
             self._check(body)
         return reply
+
+    def _decoded(self, headers: dict[str, str], body: bytes) -> bytes:
+        """The body as sent before `Content-Encoding: gzip` (recorded and validated decoded)."""
+        if headers.get("content-encoding", "").lower() != "gzip":
+            return body
+        try:
+            return gzip.decompress(body)
+        except (OSError, EOFError) as e:
+            with self._lock:
+                self._state.invalid.append(f"Content-Encoding: gzip, but the body is not gzip: {e}")
+            return body
 
     def _check(self, body: bytes) -> None:
         try:
@@ -266,6 +306,12 @@ class Receiver:
             return list(self._state.invalid)
 
     @property
+    def arrivals(self) -> list[Arrival]:
+        """Every event answered so far (not hung or dropped), in arrival order (with track_runs)."""
+        with self._lock:
+            return list(self._state.arrivals)
+
+    @property
     def count(self) -> int:
         with self._lock:
             return self._state.count
@@ -279,17 +325,37 @@ class Receiver:
         return predicate(self)
 
 
+def _run_ids(body: bytes) -> list[tuple[str, str]]:
+    """(runId, eventType) of each event of a body (one event, or a batch array); ("?", "?") if unreadable."""
+    try:
+        doc = json.loads(body)
+        docs = doc if isinstance(doc, list) else [doc]
+        return [(str(d["run"]["runId"]), str(d.get("eventType", ""))) for d in docs]
+    except (ValueError, TypeError, KeyError):
+        return [("?", "?")]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a fast, non-recording, non-validating receiver as its own process (benchmarks).
 
     Prints {"port": N}; then each line "stats" on stdin prints {"count", "first", "last"}
-    (request count and monotonic times of the first and last request) and resets them.
+    (request count and monotonic times of the first and last request) and resets them; with
+    --track-runs, each line "runs" prints {"arrivals": [[runId, eventType, received_at,
+    answered_at], ...]} (every event since the last "runs", in arrival order) and resets them.
     It stops when stdin closes.
     """
     parser = argparse.ArgumentParser(description="fast loopback OpenLineage receiver")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency before every answer")
+    parser.add_argument("--track-runs", action="store_true", help="record (runId, eventType) per event")
     args = parser.parse_args(argv)
-    receiver = Receiver(args.port, validate=False, record=False).start()
+    receiver = Receiver(
+        args.port,
+        validate=False,
+        record=False,
+        latency=args.latency_ms / 1000,
+        track_runs=args.track_runs,
+    ).start()
     sys.stdout.write(json.dumps({"port": receiver.port}) + "\n")
     sys.stdout.flush()
     try:
@@ -300,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
                     doc = {"count": state.count, "first": state.first_at, "last": state.last_at}
                     state.count, state.first_at, state.last_at = 0, 0.0, 0.0
                 sys.stdout.write(json.dumps(doc) + "\n")
+                sys.stdout.flush()
+            elif line.strip() == "runs":
+                with receiver._lock:
+                    arrivals, receiver._state.arrivals = receiver._state.arrivals, []
+                sys.stdout.write(json.dumps({"arrivals": arrivals}) + "\n")
                 sys.stdout.flush()
     finally:
         receiver.close()
