@@ -20,6 +20,8 @@ RUN pip install .
 RUN useradd --system --uid 10001 --home-dir /var/lib/olstream --create-home olstream
 USER olstream
 WORKDIR /var/lib/olstream
+# the metrics endpoint (--metrics-port 9100 in docker-compose.yml) on every interface of the container
+ENV OLSTREAM_METRICS_HOST=0.0.0.0
 EXPOSE 9100
 ENTRYPOINT ["olstream"]
 CMD ["--help"]

@@ -12,6 +12,7 @@ from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
     LOG_LEVEL,
+    METRICS_HOST,
     METRICS_PORT,
     Resolved,
     Setting,
@@ -80,6 +81,7 @@ WORKER_SETTINGS = (
     ),
     STOP_TIMEOUT,
     METRICS_PORT,
+    METRICS_HOST,
     LOG_FORMAT,
     LOG_LEVEL,
 )
@@ -102,6 +104,7 @@ class WorkerSettings:
     state_cache_size: int = 20_000
     retention_ms: int = DEFAULT_RETENTION_MS
     metrics_port: int = _D["metrics_port"]
+    metrics_host: str = _D["metrics_host"]
     session_timeout: float = _D["session_timeout"]
     max_event_bytes: int = _D["max_event_bytes"]
     stop_timeout: float = _D["stop_timeout"]
@@ -137,6 +140,7 @@ def resolve_worker_settings(
         retention_ms=int(r["retention"] * 1000),
         batch_size=r["batch_size"],
         metrics_port=r["metrics_port"],
+        metrics_host=r["metrics_host"],
         batch_within=r["batch_seconds"],
         session_timeout=r["session_timeout"],
         max_event_bytes=r["max_event_bytes"],

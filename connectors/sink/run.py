@@ -35,7 +35,7 @@ async def run_sink(settings: SinkSettings) -> int:
         )
         return ExitCode.OK
     if settings.metrics_port:
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
     log.info(
         "sink: %s -> %s (group %s, concurrency %d%s%s)",
         settings.topic,

@@ -29,6 +29,7 @@ from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
     LOG_LEVEL,
+    METRICS_HOST,
     METRICS_PORT,
     Resolved,
     Setting,
@@ -96,6 +97,7 @@ SINK_SETTINGS = (
     Setting("until_idle", False, "exit 0 once all is delivered", switch=True, env=""),
     STOP_TIMEOUT,
     METRICS_PORT,
+    METRICS_HOST,
     LOG_FORMAT,
     LOG_LEVEL,
 )
@@ -134,6 +136,7 @@ class SinkSettings:
     until_idle: bool = _D["until_idle"]
     stop_timeout: float = _D["stop_timeout"]
     metrics_port: int = _D["metrics_port"]
+    metrics_host: str = _D["metrics_host"]
     instance_id: str | None = None
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
@@ -210,6 +213,7 @@ def build_settings(
         until_idle=r["until_idle"],
         stop_timeout=r["stop_timeout"],
         metrics_port=r["metrics_port"],
+        metrics_host=r["metrics_host"],
         instance_id=r["instance_id"],
         log_format=r["log_format"],
         log_level=r["log_level"],

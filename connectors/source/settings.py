@@ -16,6 +16,7 @@ from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
     LOG_LEVEL,
+    METRICS_HOST,
     METRICS_PORT,
     Resolved,
     Setting,
@@ -112,6 +113,7 @@ SOURCE_SETTINGS = (
     ),
     STOP_TIMEOUT,
     METRICS_PORT,
+    METRICS_HOST,
     LOG_FORMAT,
     LOG_LEVEL,
 )
@@ -135,6 +137,7 @@ class SourceSettings:
     tailer: TailerSettings = field(default_factory=TailerSettings)
     stop_timeout: float = _D["stop_timeout"]
     metrics_port: int = _D["metrics_port"]
+    metrics_host: str = _D["metrics_host"]
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
 
@@ -177,6 +180,7 @@ def resolve_source_settings(
         tailer=TailerSettings(batch_size=r["batch_size"], max_wait=r["max_wait"], gap_grace=r["gap_grace"]),
         stop_timeout=r["stop_timeout"],
         metrics_port=r["metrics_port"],
+        metrics_host=r["metrics_host"],
         log_format=r["log_format"],
         log_level=r["log_level"],
     )

@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     _install_signal_handlers(stop)
     install_stop_deadline(settings.stop_timeout, "source")  # chained after the handlers above
     if settings.metrics_port:
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
     try:
         return run_source(settings, stop)
     except (ConfigError, InfrastructureError) as e:

@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     sa = build_app(settings, partitions)
     attach(sa)
     if settings.metrics_port:
-        serve_metrics(settings.metrics_port)
+        serve_metrics(settings.metrics_port, settings.metrics_host)
     log.info(
         "worker %s: %s (%d partitions) -> %s, data dir %s",
         settings.app_id,

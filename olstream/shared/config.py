@@ -177,6 +177,11 @@ LOG_LEVEL = Setting(
 METRICS_PORT = Setting(
     "metrics_port", 0, "serve Prometheus metrics on this port (0: off)", parse=int, check=port_number
 )
+METRICS_HOST = Setting(
+    "metrics_host",
+    "127.0.0.1",
+    "address the metrics endpoint binds (0.0.0.0: every interface, as in the container image)",
+)
 CONFIG_FILE = Setting("config", None, "YAML file of settings (top level: shared ones; a section per command)")
 SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
 FILE_SECTIONS = ("source", "worker", "sink", "simulate", "kafka", "postgres", "marquez", "demo", "status")

@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from olstream.shared.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -48,7 +50,11 @@ def serve_metrics(
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as e:  # a host that is not this machine's, a port in use: a setting to fix
+        where = f"{host}:{port} (--metrics-host, --metrics-port)"
+        raise ConfigError(f"cannot serve metrics on {where}: {e}") from e
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     log.info("serving metrics on http://%s:%d/metrics", host, server.server_address[1])
     return server

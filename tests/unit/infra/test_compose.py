@@ -183,3 +183,9 @@ def test_dockerfile_installs_every_package_and_runs_olstream() -> None:
     assert 'ENTRYPOINT ["olstream"]' in text
     assert re.search(r"^USER ", text, re.M)
     assert "graphviz" in text
+
+
+def test_the_image_serves_metrics_on_every_interface() -> None:
+    """The metrics endpoint binds 127.0.0.1 by default; in a container that serves nothing outside."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert re.search(r"^ENV OLSTREAM_METRICS_HOST=0\.0\.0\.0$", text, re.M)
