@@ -13,7 +13,6 @@ import contextlib
 import logging
 import signal
 import time
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
@@ -53,14 +52,6 @@ IN_FLIGHT = Gauge("olstream_sink_in_flight", "Requests in flight to the receiver
 TP = tuple[str, int]
 CONSUME_BATCH = 500
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
-
-
-def _header(message: Message, name: str) -> bytes | None:
-    headers: Any = message.headers()
-    for item in headers or ():
-        if item[0] == name and isinstance(item[1], bytes):
-            return item[1]
-    return None
 
 
 class Sink(LagGauge):
@@ -159,7 +150,7 @@ class Sink(LagGauge):
         if epoch is None or tracker is None:
             return  # a partition we no longer own
         value = message.value() or b""
-        run = run_of(_header(message, wire.HEADER_RUN_ID), value)
+        run = run_of(wire.header_value(message.headers(), wire.HEADER_RUN_ID), value)
         event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run)
         tracker.add(offset)
         self.positions[tp] = offset + 1

@@ -11,6 +11,8 @@ events in order without parsing JSON (events without it are parsed).
 
 from __future__ import annotations
 
+from typing import Any
+
 HEADER_PARTITION = "olstream.partition"
 """The record's log partition (decimal)."""
 HEADER_OFFSET = "olstream.offset"
@@ -27,3 +29,15 @@ HEADER_RUN_ID = "olstream.run_id"
 def message_key(log_partition: int) -> bytes:
     """The Kafka key of a log partition's messages: its id in ASCII decimal."""
     return str(log_partition).encode("ascii")
+
+
+def header_value(headers: Any, name: str) -> bytes | None:
+    """The value of header `name` in a Kafka client's headers (a list of pairs, or a dict); None if absent.
+
+    Serves confluent-kafka's `Message.headers()` and faust's `message.headers` alike.
+    """
+    items = headers.items() if isinstance(headers, dict) else (headers or ())
+    for key, value in items:
+        if key == name and isinstance(value, bytes):
+            return value
+    return None

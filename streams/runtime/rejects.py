@@ -8,7 +8,6 @@ first bytes, with its size and digest in headers (`deadletter.bounded_copy`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from olstream.contract import wire
@@ -23,16 +22,8 @@ from olstream.streams.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 
-def header_of(headers: Any, name: str) -> bytes | None:
-    items: Iterable[tuple[str, bytes]] = headers.items() if isinstance(headers, dict) else (headers or ())
-    for k, v in items:
-        if k == name:
-            return v
-    return None
-
-
 def int_header(headers: Any, name: str) -> int | None:
-    raw = header_of(headers, name)
+    raw = wire.header_value(headers, name)
     try:
         return int(raw) if raw is not None else None
     except ValueError:
@@ -85,7 +76,7 @@ class ErrorRecords:
             *whole,
         ]
         for name in wire.RECORD_HEADERS:
-            raw = header_of(msg.headers, name)
+            raw = wire.header_value(msg.headers, name)
             if raw is not None:
                 headers.append((name, raw))
         self.sender.send(self.settings.errors_topic, msg.key, value, headers)
