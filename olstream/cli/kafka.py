@@ -1,4 +1,4 @@
-"""`olstream kafka up|down|status`: a local single-node Kafka broker for development and tests."""
+"""`olstream kafka up|down|status`: a local Kafka broker (or a cluster of N) for development and tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from olstream.cli.commands import add_actions, resolve_unless_printed
-from olstream.infra import kafka
+from olstream.infra import kafka_cluster
+from olstream.infra.kafka import BrokerState
 from olstream.infra.kafka_config import KafkaSettings, default_data_dir
 from olstream.infra.settings import KAFKA_DOWN, KAFKA_STATUS, KAFKA_UP, data_dir_of
 from olstream.shared.config import Resolved, Setting
@@ -21,11 +22,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_actions(
         subparsers,
         "kafka",
-        "run a local single-node Kafka broker (KRaft)",
+        "run a local Kafka broker, or a cluster of them (KRaft)",
         (
-            ("up", "start the broker (no-op when it already runs)", KAFKA_UP, run_up),
-            ("down", "stop the broker started with the same --data-dir", KAFKA_DOWN, run_down),
-            ("status", "say whether the broker runs, its version and address", KAFKA_STATUS, run_status),
+            ("up", "start the broker(s) that do not run yet", KAFKA_UP, run_up),
+            ("down", "stop the broker(s) started with the same --data-dir", KAFKA_DOWN, run_down),
+            (
+                "status",
+                "say whether the broker(s) run, their version and addresses",
+                KAFKA_STATUS,
+                run_status,
+            ),
         ),
     )
 
@@ -45,7 +51,13 @@ def _broker_settings(r: Resolved) -> KafkaSettings:
         controller_port=r["controller_port"] or r["port"] + 1,
         data_dir=data_dir_of(r, default_data_dir()),
         start_timeout=r["start_timeout"],
+        brokers=r["brokers"],
+        security=r["security"],
     )
+
+
+def _pids(nodes: tuple[BrokerState, ...]) -> str:
+    return ", ".join(f"node {n.node_id}: pid {n.pid}" for n in nodes)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -55,23 +67,41 @@ def run_up(args: argparse.Namespace) -> int:
     settings = _broker_settings(r)
     started = time.monotonic()
     try:
-        state, fresh = kafka.start_broker(settings)
+        cluster = kafka_cluster.start_cluster(settings)
     except (OlstreamError, ValueError) as e:
         print(f"olstream kafka up: {e}", file=sys.stderr)
         return ExitCode.FAILED
-    if fresh:
+    took = time.monotonic() - started
+    if len(cluster.nodes) == 1:
+        state = cluster.nodes[0]
+        what = f"started in {took:.1f} s" if cluster.started else f"is already running at {state.bootstrap}"
+        print(f"Kafka {state.version} {what} (pid {state.pid}, data dir {state.data_dir})", file=sys.stderr)
+    elif len(cluster.started) == len(cluster.nodes):
         print(
-            f"Kafka {state.version} started in {time.monotonic() - started:.1f} s "
-            f"(pid {state.pid}, data dir {state.data_dir})",
+            f"Kafka {cluster.version}: {len(cluster.nodes)} nodes started in {took:.1f} s "
+            f"({_pids(cluster.nodes)}; data dir {cluster.data_dir})",
+            file=sys.stderr,
+        )
+    elif cluster.started:
+        restarted = [n for n in cluster.nodes if n.node_id in cluster.started]
+        print(
+            f"Kafka {cluster.version}: restarted {_pids(tuple(restarted))} in {took:.1f} s; the other "
+            f"{len(cluster.nodes) - len(restarted)} nodes were running (data dir {cluster.data_dir})",
             file=sys.stderr,
         )
     else:
         print(
-            f"Kafka {state.version} is already running at {state.bootstrap} "
-            f"(pid {state.pid}, data dir {state.data_dir})",
+            f"Kafka {cluster.version}: all {len(cluster.nodes)} nodes are already running "
+            f"({_pids(cluster.nodes)}; data dir {cluster.data_dir})",
             file=sys.stderr,
         )
-    print(state.bootstrap)
+    if cluster.client_properties is not None:
+        print(
+            f"SASL_SSL: the client settings (user olstream, SCRAM-SHA-512, the CA) are in "
+            f"{cluster.client_properties}",
+            file=sys.stderr,
+        )
+    print(cluster.bootstrap)
     return ExitCode.OK
 
 
@@ -81,14 +111,15 @@ def run_down(args: argparse.Namespace) -> int:
         return ExitCode.OK
     data_dir = data_dir_of(r, default_data_dir())
     try:
-        state = kafka.stop_broker(data_dir, timeout=r["stop_timeout"])
+        stopped = kafka_cluster.stop_cluster(data_dir, timeout=r["stop_timeout"])
     except OlstreamError as e:
         print(f"olstream kafka down: {e}", file=sys.stderr)
         return ExitCode.FAILED
-    if state is None:
+    if not stopped:
         print(f"no Kafka broker running for data dir {data_dir}")
-    else:
-        print(f"stopped Kafka {state.version} at {state.bootstrap} (pid {state.pid})")
+    for state in stopped:
+        node = f" node {state.node_id}" if len(stopped) > 1 or state.node_id != 1 else ""
+        print(f"stopped Kafka {state.version}{node} at {state.bootstrap} (pid {state.pid})")
     return ExitCode.OK
 
 
@@ -98,15 +129,41 @@ def run_status(args: argparse.Namespace) -> int:
         return ExitCode.OK
     data_dir = data_dir_of(r, default_data_dir())
     try:
-        status = kafka.broker_status(data_dir)
+        status = kafka_cluster.cluster_status(data_dir)
     except OlstreamError as e:
         print(f"olstream kafka status: {e}", file=sys.stderr)
         return ExitCode.FAILED
-    if status.running and status.state is not None:
-        s = status.state
-        print(
-            f"running: yes\nversion: {s.version}\naddress: {s.bootstrap}\npid: {s.pid}\ndata dir: {data_dir}"
-        )
-        return ExitCode.OK
-    print(f"running: no\ndata dir: {data_dir}")
-    return ExitCode.NOT_RUNNING
+    print(_describe(status))
+    return ExitCode.OK if status.running else ExitCode.NOT_RUNNING
+
+
+def _describe(status: kafka_cluster.ClusterStatus) -> str:
+    """One broker: as it always was. Several: a summary, then a line per node."""
+    nodes = status.nodes
+    lines = []
+    if len(nodes) == 1 and nodes[0].data_dir == status.data_dir:
+        node = nodes[0]
+        if not node.running or node.state is None:
+            return f"running: no\ndata dir: {status.data_dir}"
+        lines = [
+            "running: yes",
+            f"version: {node.state.version}",
+            f"address: {node.state.bootstrap}",
+            f"pid: {node.state.pid}",
+        ]
+    else:
+        up = sum(node.running for node in nodes)
+        running = "yes" if status.running else ("no" if not up else f"partly ({up} of {len(nodes)} nodes)")
+        lines = [f"running: {running}", f"version: {status.version}", f"brokers: {len(nodes)}"]
+        lines.append(f"bootstrap: {status.bootstrap}")
+        for node in nodes:
+            pid = node.pid if node.pid is not None else "-"
+            lines.append(
+                f"node {node.node_id}: pid {pid}, address {node.address or '-'}, "
+                f"running {'yes' if node.running else 'no'}"
+            )
+    lines.append(f"security: {status.security}")
+    if status.client_properties is not None:
+        lines.append(f"client config: {status.client_properties}")
+    lines.append(f"data dir: {status.data_dir}")
+    return "\n".join(lines)

@@ -1,29 +1,42 @@
-"""A real single-node Apache Kafka broker (KRaft), resolved from Maven Central and run locally."""
+"""A real Apache Kafka broker (KRaft), resolved from Maven Central and run locally.
+
+This module runs one node (`start_broker`, `stop_broker`, `broker_status`) and holds the steps
+every node goes through (write its config, format its storage, launch it, wait until it answers);
+`olstream.infra.kafka_cluster` runs N of them as one cluster.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from olstream.infra import process
 from olstream.infra.kafka_config import (
+    SASL_SSL,
     TOOL_OPTS,
     KafkaSettings,
-    jar_cache_dir,
     java_command,
     logging_config,
-    logging_profile,
     random_cluster_id,
     render_properties,
     server_properties,
+)
+from olstream.infra.kafka_jars import java_and_classpath
+from olstream.infra.kafka_sasl import BrokerSecurity, client_properties, scram_format_args
+from olstream.infra.kafka_tls import (
+    CREDENTIALS_FILE,
+    ensure_security,
+    redact,
+    write_client_properties,
+    write_private,
 )
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_clients import client_config
@@ -35,8 +48,6 @@ _admin_log.setLevel(logging.CRITICAL)
 
 STATE_FILE = "broker.json"
 LOG_TAIL_LINES = 40
-_REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "pom.xml"
-_PACKAGED_POM = Path(__file__).resolve().with_name("kafka_pom.xml")
 # Brokers started by this process, kept so they are reaped (and not warned about) when stopped.
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -52,6 +63,7 @@ class BrokerState:
     controller_port: int
     data_dir: str
     started_at: float
+    node_id: int = 1
 
     @property
     def bootstrap(self) -> str:
@@ -65,64 +77,6 @@ class BrokerStatus:
     state: BrokerState | None
 
 
-def pom_path() -> Path:
-    """infra/kafka/pom.xml of the source tree (or the copy shipped inside the wheel)."""
-    for candidate in (_REPO_POM, _PACKAGED_POM):
-        if candidate.is_file():
-            return candidate
-    raise InfrastructureError(f"cannot find the Kafka pom (looked at {_REPO_POM} and {_PACKAGED_POM})")
-
-
-def find_executable(name: str, env_home: str | None = None) -> str:
-    if env_home and os.environ.get(env_home):
-        candidate = Path(os.environ[env_home]) / "bin" / name
-        if candidate.is_file():
-            return str(candidate)
-    found = shutil.which(name)
-    if found is None:
-        raise InfrastructureError(f"`{name}` is not on PATH; olstream needs Java 17 and Maven for Kafka")
-    return found
-
-
-def resolve_jars(version: str) -> Path:
-    """The broker's classpath directory, resolved with Maven once per version and cached."""
-    libs = jar_cache_dir(version)
-    if (libs / ".complete").exists():
-        return libs
-    with process.file_lock(libs.parent / ".lock"):
-        if (libs / ".complete").exists():
-            return libs
-        mvn = find_executable("mvn", "MAVEN_HOME")
-        staging = libs.parent / f"libs.staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(pom_path()),
-            f"-Dkafka.version={version}",
-            "-P",
-            logging_profile(version),
-            f"-Doutput.dir={staging}",
-            "dependency:copy-dependencies",
-        ]
-        log.info("resolving Kafka %s jars from Maven Central into %s", version, libs)
-        started = time.monotonic()
-        result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-        if result.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
-            raise InfrastructureError(f"Maven could not resolve Kafka {version}:\n{output}")
-        if not (staging / f"kafka_2.13-{version}.jar").is_file():
-            raise InfrastructureError(f"Maven ran but kafka_2.13-{version}.jar is not in {staging}")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (libs / ".complete").touch()
-        log.info("resolved Kafka %s in %.1f s", version, time.monotonic() - started)
-    return libs
-
-
 def read_state(data_dir: Path) -> BrokerState | None:
     return process.read_state_file(data_dir / STATE_FILE, BrokerState, "broker")
 
@@ -133,7 +87,7 @@ def _write_state(data_dir: Path, state: BrokerState) -> None:
     tmp.replace(data_dir / STATE_FILE)
 
 
-def _is_our_broker(state: BrokerState) -> bool:
+def is_our_broker(state: BrokerState) -> bool:
     """The recorded pid is alive and is the broker of this data dir (not a recycled pid)."""
     child = _children.get(state.pid)
     if child is not None and child.poll() is not None:
@@ -149,7 +103,7 @@ def _is_our_broker(state: BrokerState) -> bool:
 
 def broker_status(data_dir: Path) -> BrokerStatus:
     state = read_state(data_dir)
-    running = state is not None and _is_our_broker(state)
+    running = state is not None and is_our_broker(state)
     return BrokerStatus(running=running, data_dir=data_dir, state=state)
 
 
@@ -162,104 +116,186 @@ def _failure(settings: KafkaSettings, reason: str) -> InfrastructureError:
     return InfrastructureError("\n".join(lines))
 
 
-def _write_config(settings: KafkaSettings) -> None:
+def write_config(settings: KafkaSettings, security: BrokerSecurity | None) -> None:
+    """The node's server.properties (0600 when it holds passwords) and logging config."""
     for directory in (settings.config_dir, settings.log_dir, settings.storage_dir):
         directory.mkdir(parents=True, exist_ok=True)
-    settings.server_properties.write_text(render_properties(server_properties(settings)))
+    text = render_properties(server_properties(settings, security))
+    if security is not None:
+        write_private(settings.server_properties, text)
+    else:
+        settings.server_properties.write_text(text)
     settings.logging_config.write_text(logging_config(settings))
 
 
-def _format_storage(settings: KafkaSettings, java: str, classpath: str) -> None:
-    if (settings.storage_dir / "meta.properties").exists():
-        return
-    cluster_id = random_cluster_id()
-    cmd = java_command(
-        java,
-        settings,
-        classpath,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        cluster_id,
-        "-c",
-        str(settings.server_properties),
-        "--ignore-formatted",
-        jvm_opts=TOOL_OPTS,
-    )
-    result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
-        output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
-        raise InfrastructureError(f"formatting Kafka storage in {settings.storage_dir} failed:\n{output}")
-    log.info("formatted KRaft storage %s (cluster id %s)", settings.storage_dir, cluster_id)
+def is_formatted(settings: KafkaSettings) -> bool:
+    return (settings.storage_dir / "meta.properties").exists()
 
 
-def _admin_lists_topics(bootstrap: str) -> bool:
-    config = client_config(bootstrap, {"logger": _admin_log})
+def format_storages(
+    nodes: Sequence[KafkaSettings],
+    java: str,
+    classpath: str,
+    cluster_id: str,
+    security: BrokerSecurity | None,
+) -> None:
+    """Format the KRaft storage of every node not formatted yet (in parallel), with one cluster id.
+
+    A `sasl_ssl` cluster gets its SCRAM users here, in its bootstrap metadata.
+    """
+    scram = scram_format_args(security) if security is not None else []
+    running: list[tuple[KafkaSettings, subprocess.Popen[str]]] = []
+    for node in nodes:
+        if is_formatted(node):
+            continue
+        cmd = java_command(
+            java,
+            node,
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(node.server_properties),
+            "--ignore-formatted",
+            *scram,
+            jvm_opts=TOOL_OPTS,
+        )
+        tool = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        running.append((node, tool))
+    failures = []
+    for node, tool in running:
+        output, _ = tool.communicate()
+        if tool.returncode != 0:
+            tail = "\n".join(redact(output, security).splitlines()[-LOG_TAIL_LINES:])
+            failures.append(f"formatting Kafka storage in {node.storage_dir} failed:\n{tail}")
+        else:
+            log.info("formatted KRaft storage %s (cluster id %s)", node.storage_dir, cluster_id)
+    if failures:
+        raise InfrastructureError("\n".join(failures))
+
+
+def node_security(settings: KafkaSettings, formatted: bool) -> BrokerSecurity | None:
+    """The cluster's TLS files and passwords (generated the first time); None for plaintext."""
+    if settings.security != SASL_SSL:
+        return None
+    if formatted and not (settings.home / CREDENTIALS_FILE).exists():
+        raise InfrastructureError(
+            f"the Kafka storage in {settings.home} was formatted without the SASL users of --security "
+            "sasl_ssl (a plaintext broker, or its credentials.json is gone): use another --data-dir"
+        )
+    return ensure_security(settings.home)
+
+
+def security_config(security: BrokerSecurity | None) -> dict[str, str]:
+    """The librdkafka settings a client of the cluster needs (empty for plaintext)."""
+    return client_properties(security) if security is not None else {}
+
+
+def _admin_lists_topics(bootstrap: str, extra: Mapping[str, Any] | None = None, brokers: int = 1) -> bool:
+    """An AdminClient of `bootstrap` (with the cluster's security `extra`) sees `brokers` brokers."""
+    config = client_config(bootstrap, {"logger": _admin_log, **(extra or {})})
     admin = AdminClient(config)
     try:
         meta = admin.list_topics(timeout=3)
     except Exception:
         return False
-    return len(meta.brokers) > 0
+    return len(meta.brokers) >= brokers
 
 
-def _wait_ready(settings: KafkaSettings, child: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + settings.start_timeout
-    while time.monotonic() < deadline:
-        code = child.poll()
-        if code is not None:
-            raise _failure(settings, f"the broker process exited with code {code}")
-        if process.port_open(settings.host, settings.port) and _admin_lists_topics(settings.bootstrap):
-            return
-        time.sleep(0.2)
-    raise _failure(
-        settings, f"no AdminClient answer at {settings.bootstrap} within {settings.start_timeout:.0f} s"
+def wait_ready(
+    nodes: Sequence[KafkaSettings], states: Sequence[BrokerState], extra: Mapping[str, Any]
+) -> None:
+    """Until every node answers an AdminClient that sees all the cluster's brokers."""
+    pending = dict(zip((n.node_id for n in nodes), zip(nodes, states, strict=True), strict=True))
+    timeout = max(n.start_timeout for n in nodes)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for node_id, (node, state) in list(pending.items()):
+            child = _children.get(state.pid)
+            code = child.poll() if child is not None else None
+            if code is not None:
+                raise _failure(node, f"the broker process exited with code {code}")
+            if process.port_open(node.host, node.port) and _admin_lists_topics(
+                node.bootstrap, extra, node.brokers
+            ):
+                del pending[node_id]
+        if pending:
+            time.sleep(0.2)
+    if pending:
+        node, _ = next(iter(pending.values()))
+        seen = f" seeing all {node.brokers} brokers" if node.brokers > 1 else ""
+        raise _failure(node, f"no AdminClient answer{seen} at {node.bootstrap} within {timeout:.0f} s")
+
+
+def launch(settings: KafkaSettings, java: str, classpath: str) -> BrokerState:
+    """Start the node's `kafka.Kafka` in its own session and record it in its broker.json."""
+    cmd = java_command(java, settings, classpath, "kafka.Kafka", str(settings.server_properties))
+    with (settings.log_dir / "broker.out").open("ab") as out:
+        child = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=settings.data_dir,
+            start_new_session=True,
+        )
+    _children[child.pid] = child
+    state = BrokerState(
+        pid=child.pid,
+        version=settings.version,
+        host=settings.host,
+        port=settings.port,
+        controller_port=settings.controller_port,
+        data_dir=str(settings.data_dir),
+        started_at=time.time(),
+        node_id=settings.node_id,
     )
+    _write_state(settings.data_dir, state)
+    return state
+
+
+def abort(states: Sequence[BrokerState]) -> None:
+    """Stop nodes this process just launched (a start that failed) and forget their state files."""
+    for state in states:
+        process.stop_pid(state.pid, timeout=10)
+        _reap(state.pid)
+        (Path(state.data_dir) / STATE_FILE).unlink(missing_ok=True)
+
+
+def check_ports_free(nodes: Sequence[KafkaSettings]) -> None:
+    for node in nodes:
+        for port in (node.port, node.controller_port):
+            if not process.port_free(node.host, port):
+                raise InfrastructureError(f"port {node.host}:{port} is already in use by another process")
 
 
 def start_broker(settings: KafkaSettings) -> tuple[BrokerState, bool]:
     """Start the broker of `settings.data_dir` unless it runs; (state, True when this call started it)."""
+    if settings.brokers != 1:
+        raise ValueError("start_broker runs one node; kafka_cluster.start_cluster runs several")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     with process.file_lock(settings.data_dir / ".lock"):
         current = read_state(settings.data_dir)
-        if current is not None and _is_our_broker(current):
+        if current is not None and is_our_broker(current):
             return current, False
         (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
-        for port in (settings.port, settings.controller_port):
-            if not process.port_free(settings.host, port):
-                raise InfrastructureError(f"port {settings.host}:{port} is already in use by another process")
-        java = find_executable("java", "JAVA_HOME")
-        classpath = str(resolve_jars(settings.version) / "*")
-        _write_config(settings)
-        _format_storage(settings, java, classpath)
-        cmd = java_command(java, settings, classpath, "kafka.Kafka", str(settings.server_properties))
-        with (settings.log_dir / "broker.out").open("ab") as out:
-            child = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=settings.data_dir,
-                start_new_session=True,
-            )
-        _children[child.pid] = child
-        state = BrokerState(
-            pid=child.pid,
-            version=settings.version,
-            host=settings.host,
-            port=settings.port,
-            controller_port=settings.controller_port,
-            data_dir=str(settings.data_dir),
-            started_at=time.time(),
-        )
-        _write_state(settings.data_dir, state)
+        check_ports_free([settings])
+        java, classpath = java_and_classpath(settings.version)
+        security = node_security(settings, is_formatted(settings))
+        write_config(settings, security)
+        format_storages([settings], java, classpath, random_cluster_id(), security)
+        state = launch(settings, java, classpath)
         try:
-            _wait_ready(settings, child)
+            wait_ready([settings], [state], security_config(security))
         except InfrastructureError:
-            process.stop_pid(child.pid, timeout=10)
-            _reap(child.pid)
-            (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
+            abort([state])
             raise
+        if security is not None:
+            write_client_properties(settings.home, security)
         return state, True
 
 
@@ -275,7 +311,7 @@ def stop_broker(data_dir: Path, timeout: float = 30.0) -> BrokerState | None:
         state = read_state(data_dir)
         if state is None:
             return None
-        if _is_our_broker(state):
+        if is_our_broker(state):
             killed = process.stop_pid(state.pid, timeout=timeout)
             if killed:
                 log.warning("broker pid %d ignored SIGTERM for %.0f s and was killed", state.pid, timeout)

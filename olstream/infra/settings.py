@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from olstream.infra import marquez, postgres
-from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION
+from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
 from olstream.shared.config import (
     BOOTSTRAP,
@@ -24,6 +24,7 @@ from olstream.shared.config import (
     positive,
     resolve,
 )
+from olstream.shared.kafka_settings import KAFKA_CLIENT_SETTINGS
 
 
 def _timeout(default: float, what: str, key: str = "timeout") -> Setting:
@@ -45,10 +46,40 @@ def _listen_port(v: Any) -> str | None:
 KAFKA_DATA_DIR = _data_dir("OLSTREAM_KAFKA_DATA_DIR", "broker")
 KAFKA_VERSION = Setting("version", DEFAULT_KAFKA_VERSION, "Kafka release (jars from Maven Central)",
                         env="OLSTREAM_KAFKA_VERSION")  # fmt: skip
+
+
+def _broker_count(v: Any) -> str | None:
+    return None if v is None or 1 <= v <= MAX_BROKERS else f"must be 1..{MAX_BROKERS}"
+
+
+KAFKA_BROKERS = Setting(
+    "brokers",
+    1,
+    f"KRaft nodes on loopback, each a broker and a controller (1..{MAX_BROKERS})",
+    parse=int,
+    env="OLSTREAM_KAFKA_BROKERS",
+    check=_broker_count,
+)
+KAFKA_SECURITY = Setting(
+    "security",
+    PLAINTEXT,
+    "client listener: plaintext, or sasl_ssl (TLS, SCRAM and PLAIN users; writes DIR/client.properties)",
+    choices=SECURITY_MODES,
+    env="OLSTREAM_KAFKA_SECURITY",
+)
 KAFKA_UP = (
     KAFKA_DATA_DIR,
-    _port(KAFKA_PORT, "OLSTREAM_KAFKA_PORT", "broker port"),
-    Setting("controller_port", None, "KRaft controller port [port+1]", parse=int, env="", check=port_number),
+    _port(KAFKA_PORT, "OLSTREAM_KAFKA_PORT", "broker port (node n: port+2(n-1))"),
+    Setting(
+        "controller_port",
+        None,
+        "KRaft controller port (node n: controller-port+2(n-1)) [port+1]",
+        parse=int,
+        env="",
+        check=port_number,
+    ),
+    KAFKA_BROKERS,
+    KAFKA_SECURITY,
     KAFKA_VERSION,
     _timeout(90.0, "seconds to wait for the broker", "start_timeout"),
     LOG_FORMAT,
@@ -102,7 +133,7 @@ DEMO = (
     LOG_FORMAT,
 )
 
-STATUS = (BOOTSTRAP, _timeout(10.0, "seconds to wait for the broker"))
+STATUS = (BOOTSTRAP, *KAFKA_CLIENT_SETTINGS, _timeout(10.0, "seconds to wait for the broker"))
 
 
 def local_postgres(environ: Mapping[str, str]) -> postgres.PostgresSettings:

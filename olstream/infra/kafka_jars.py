@@ -1,0 +1,83 @@
+"""The jars of a Kafka release, resolved with Maven from Maven Central once per version and cached."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from olstream.infra import process
+from olstream.infra.kafka_config import jar_cache_dir, logging_profile
+from olstream.shared.errors import InfrastructureError
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 40
+_REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "pom.xml"
+_PACKAGED_POM = Path(__file__).resolve().with_name("kafka_pom.xml")
+
+
+def pom_path() -> Path:
+    """infra/kafka/pom.xml of the source tree (or the copy shipped inside the wheel)."""
+    for candidate in (_REPO_POM, _PACKAGED_POM):
+        if candidate.is_file():
+            return candidate
+    raise InfrastructureError(f"cannot find the Kafka pom (looked at {_REPO_POM} and {_PACKAGED_POM})")
+
+
+def find_executable(name: str, env_home: str | None = None) -> str:
+    if env_home and os.environ.get(env_home):
+        candidate = Path(os.environ[env_home]) / "bin" / name
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise InfrastructureError(f"`{name}` is not on PATH; olstream needs Java 17 and Maven for Kafka")
+    return found
+
+
+def resolve_jars(version: str) -> Path:
+    """The broker's classpath directory, resolved with Maven once per version and cached."""
+    libs = jar_cache_dir(version)
+    if (libs / ".complete").exists():
+        return libs
+    with process.file_lock(libs.parent / ".lock"):
+        if (libs / ".complete").exists():
+            return libs
+        mvn = find_executable("mvn", "MAVEN_HOME")
+        staging = libs.parent / f"libs.staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom_path()),
+            f"-Dkafka.version={version}",
+            "-P",
+            logging_profile(version),
+            f"-Doutput.dir={staging}",
+            "dependency:copy-dependencies",
+        ]
+        log.info("resolving Kafka %s jars from Maven Central into %s", version, libs)
+        started = time.monotonic()
+        result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+        if result.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
+            raise InfrastructureError(f"Maven could not resolve Kafka {version}:\n{output}")
+        if not (staging / f"kafka_2.13-{version}.jar").is_file():
+            raise InfrastructureError(f"Maven ran but kafka_2.13-{version}.jar is not in {staging}")
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (libs / ".complete").touch()
+        log.info("resolved Kafka %s in %.1f s", version, time.monotonic() - started)
+    return libs
+
+
+def java_and_classpath(version: str) -> tuple[str, str]:
+    java = find_executable("java", "JAVA_HOME")
+    return java, str(resolve_jars(version) / "*")
