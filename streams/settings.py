@@ -23,6 +23,14 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
+from olstream.shared.kafka_clients import KafkaConnection
+from olstream.shared.kafka_settings import (
+    KAFKA_CLIENT_SETTINGS,
+    TOPIC_SETTINGS,
+    Replication,
+    connection_settings,
+    replication_of,
+)
 from olstream.shared.stopping import STOP_TIMEOUT
 from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
@@ -34,6 +42,8 @@ def _mapping(name: str) -> Any:
 
 WORKER_SETTINGS = (
     BOOTSTRAP,
+    *KAFKA_CLIENT_SETTINGS,
+    *TOPIC_SETTINGS,
     Setting("app_id", "olstream-stream", "faust app id = the consumer group of every replica"),
     Setting("data_dir", "./olstream-data", "RocksDB table directory"),
     Setting("input_topic", topics.EVENTLOG, "records topic to read"),
@@ -43,6 +53,14 @@ WORKER_SETTINGS = (
         "partitions",
         topics.PARTITIONS,
         "partitions of an input topic it creates",
+        parse=int,
+        check=at_least(1),
+    ),
+    Setting(
+        "output_partitions",
+        topics.PARTITIONS,
+        "partitions of an output topic it creates (not the input's: regions whose input topics have "
+        "other partition counts route events alike)",
         parse=int,
         check=at_least(1),
     ),
@@ -72,6 +90,14 @@ WORKER_SETTINGS = (
     ),
     Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
     Setting(
+        "metadata_refresh",
+        30.0,
+        "seconds between reads of the cluster's metadata (how soon an input that gained partitions "
+        "is noticed)",
+        parse=float,
+        check=positive,
+    ),
+    Setting(
         "max_event_bytes",
         topics.MAX_MESSAGE_BYTES,
         "largest RunEvent (and run state) written; a record that would make a larger one goes to the "
@@ -97,6 +123,7 @@ class WorkerSettings:
     output_topic: str = _D["output_topic"]
     errors_topic: str = _D["errors_topic"]
     default_partitions: int = _D["partitions"]
+    output_partitions: int = _D["output_partitions"]
     until_idle: bool = _D["until_idle"]
     idle_check_interval: float = 0.5
     batch_size: int = _D["batch_size"]
@@ -106,11 +133,18 @@ class WorkerSettings:
     metrics_port: int = _D["metrics_port"]
     metrics_host: str = _D["metrics_host"]
     session_timeout: float = _D["session_timeout"]
+    metadata_refresh: float = _D["metadata_refresh"]
     max_event_bytes: int = _D["max_event_bytes"]
     stop_timeout: float = _D["stop_timeout"]
     mapping: MappingConfig = field(default_factory=MappingConfig)
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
+    kafka: KafkaConnection | None = None  # None: PLAINTEXT to `bootstrap`
+    replication: Replication = field(default_factory=Replication)
+
+    @property
+    def connection(self) -> KafkaConnection:
+        return self.kafka or KafkaConnection(self.bootstrap)
 
 
 def resolve_worker_settings(
@@ -128,6 +162,7 @@ def resolve_worker_settings(
         )
     except ValueError as e:
         raise ConfigError(f"invalid worker setting: {e}") from e
+    kafka, r = connection_settings(r)
     settings = WorkerSettings(
         bootstrap=r["bootstrap"],
         app_id=r["app_id"],
@@ -136,6 +171,7 @@ def resolve_worker_settings(
         output_topic=r["output_topic"],
         errors_topic=r["errors_topic"],
         default_partitions=r["partitions"],
+        output_partitions=r["output_partitions"],
         until_idle=r["until_idle"],
         retention_ms=int(r["retention"] * 1000),
         batch_size=r["batch_size"],
@@ -143,10 +179,13 @@ def resolve_worker_settings(
         metrics_host=r["metrics_host"],
         batch_within=r["batch_seconds"],
         session_timeout=r["session_timeout"],
+        metadata_refresh=r["metadata_refresh"],
         max_event_bytes=r["max_event_bytes"],
         stop_timeout=r["stop_timeout"],
         mapping=mapping,
         log_format=r["log_format"],
         log_level=r["log_level"],
+        kafka=kafka,
+        replication=replication_of(r),
     )
     return settings, r

@@ -11,12 +11,13 @@ from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import make_transport
 from olstream.shared import kafka_clients
-from olstream.shared.errors import ExitCode
-from olstream.shared.kafka_admin import ensure_topic, topic_partitions
+from olstream.shared.errors import ExitCode, InfrastructureError, KafkaAuthError
+from olstream.shared.kafka_admin import check_connection, ensure_topic, topic_partitions
 from olstream.shared.kafka_clients import producer_config
 from olstream.shared.metrics import serve_metrics
 
 log = logging.getLogger(__name__)
+CONNECT_CHECK_SECONDS = 30.0  # how long the first answer of the cluster (or its refusal) may take
 
 
 async def run_sink(settings: SinkSettings) -> int:
@@ -45,11 +46,17 @@ async def run_sink(settings: SinkSettings) -> int:
         ", gzip" if settings.compression else "",
         ", dry run" if settings.dry_run else "",
     )
+    try:
+        check_connection(settings.connection, timeout=CONNECT_CHECK_SECONDS)
+    except KafkaAuthError:
+        raise
+    except InfrastructureError as e:  # not fatal: the consumer waits for the cluster, as before
+        log.warning("%s; waiting for it", e)
     dlq = None
     if not settings.dry_run:
-        partitions = topic_partitions(settings.bootstrap, settings.topic) or 1
-        ensure_topic(settings.bootstrap, settings.dlq_topic, partitions)
-        dlq = Producer(producer_config(settings.bootstrap, {"linger.ms": 5}))
+        partitions = topic_partitions(settings.connection, settings.topic) or 1
+        ensure_topic(settings.connection, settings.dlq_topic, partitions, replication=settings.replication)
+        dlq = Producer(producer_config(settings.connection, {"linger.ms": 5}))
     consumer = Consumer(consumer_config(settings))
     sink = Sink(settings, make_transport(settings), consumer, dlq)
     return await sink.run()
@@ -66,4 +73,4 @@ def consumer_config(settings: SinkSettings) -> dict[str, Any]:
     }
     if settings.instance_id:
         extra["group.instance.id"] = settings.instance_id  # static membership: a restart takes over at once
-    return kafka_clients.consumer_config(settings.bootstrap, settings.group, extra)
+    return kafka_clients.consumer_config(settings.connection, settings.group, extra)

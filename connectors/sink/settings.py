@@ -40,6 +40,14 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
+from olstream.shared.kafka_clients import KafkaConnection
+from olstream.shared.kafka_settings import (
+    KAFKA_CLIENT_SETTINGS,
+    TOPIC_SETTINGS,
+    Replication,
+    connection_of,
+    replication_of,
+)
 from olstream.shared.logs import REDACTED, hide_userinfo
 from olstream.shared.stopping import STOP_TIMEOUT
 
@@ -56,6 +64,8 @@ TIMEOUT = Setting(
 )
 SINK_SETTINGS = (
     BOOTSTRAP,
+    *KAFKA_CLIENT_SETTINGS,
+    *TOPIC_SETTINGS,
     Setting("topic", topics.RUN_EVENTS, "topic of RunEvents to deliver", env="OLSTREAM_SINK_TOPIC"),
     Setting("group", "olstream-sink", "consumer group", env="OLSTREAM_SINK_GROUP"),
     Setting(
@@ -141,6 +151,12 @@ class SinkSettings:
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
     sources: tuple[tuple[str, str], ...] = ()  # (setting, where it came from)
+    kafka: KafkaConnection | None = field(default=None, repr=False)  # None: PLAINTEXT to `bootstrap`
+    replication: Replication = field(default_factory=Replication)  # of the DLQ topic it creates
+
+    @property
+    def connection(self) -> KafkaConnection:
+        return self.kafka or KafkaConnection(self.bootstrap)
 
     def __repr__(self) -> str:
         """The settings as `describe` shows them: no API key, no header value, no user info of the URL."""
@@ -154,6 +170,7 @@ class SinkSettings:
         doc["headers"] = {name: REDACTED for name, _ in self.headers}
         doc["url"] = redact_url(self.url)
         doc["sources"] = dict(self.sources)
+        doc["kafka"] = self.connection.describe()
         return doc
 
     @property
@@ -218,6 +235,8 @@ def build_settings(
         log_format=r["log_format"],
         log_level=r["log_level"],
         sources=tuple(sorted(sources.items())),
+        kafka=connection_of(r),
+        replication=replication_of(r),
     )
     _check(settings)
     return settings

@@ -63,10 +63,10 @@ PUBLISHED_OFFSET = Gauge(
 _TOO_LARGE = deadletter.TOO_LARGE  # the check's result for a row above the limit (compared by identity)
 
 
-def producer_config(bootstrap: str, *, transactional_id: str | None) -> dict[str, Any]:
+def producer_config(kafka: kafka_clients.Kafka, *, transactional_id: str | None) -> dict[str, Any]:
     """librdkafka settings: idempotent, ordered, waiting for a lost broker instead of failing."""
     config = kafka_clients.producer_config(
-        bootstrap, {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000}
+        kafka, {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000}
     )
     if transactional_id is None:
         # Retry forever: a broker that goes away delays delivery, it never fails it.

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.shared.errors import InfrastructureError
-from olstream.shared.kafka_clients import consumer_config
+from olstream.shared.kafka_clients import Kafka, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,12 @@ class ScanResult:
 class PositionScanner:
     """Reads the tails of the source's topics to find the last published offset per log partition."""
 
-    def __init__(self, bootstrap: str, *, read_committed: bool, timeout: float = 30.0) -> None:
+    def __init__(self, kafka: Kafka, *, read_committed: bool, timeout: float = 30.0) -> None:
         self._timeout = timeout
         # Only assign() is used: the group is never joined and nothing is committed.
         self._consumer = Consumer(
             consumer_config(
-                bootstrap,
+                kafka,
                 f"olstream-source-resume-{uuid.uuid4().hex}",
                 {
                     "enable.partition.eof": True,
@@ -204,7 +204,7 @@ class _Window:
 
 
 def read_resume_positions(
-    bootstrap: str,
+    kafka: Kafka,
     topics: Iterable[str],
     wanted: Iterable[int],
     *,
@@ -216,7 +216,7 @@ def read_resume_positions(
     The first topic is searched only for `wanted` log partitions (those holding rows);
     the others (the errors topic, small by nature) are read whole.
     """
-    scanner = PositionScanner(bootstrap, read_committed=read_committed, timeout=timeout)
+    scanner = PositionScanner(kafka, read_committed=read_committed, timeout=timeout)
     try:
         results = []
         for i, topic in enumerate(topics):

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
 
 from olstream.connectors.source.publisher import (
     ERRORS,
@@ -35,8 +34,7 @@ from olstream.eventlog.store import EventLogStore
 from olstream.eventlog.stores import open_store
 from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
 from olstream.shared.idle import QuietPeriod
-from olstream.shared.kafka_admin import ensure_topic, fit_limit
-from olstream.shared.kafka_clients import client_config
+from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit
 from olstream.shared.metrics import set_health
 
 if TYPE_CHECKING:
@@ -59,14 +57,7 @@ CHECKPOINT_INTERVAL = 5.0  # s between checkpoints to the offsets topic without 
 
 def check_broker(settings: SourceSettings) -> None:
     """Fail with InfrastructureError when no broker answers within the connect timeout."""
-    config = client_config(settings.bootstrap, {"logger": _LIBRDKAFKA_LOG})
-    admin = AdminClient(config)
-    try:
-        admin.list_topics(timeout=settings.connect_timeout)
-    except KafkaException as e:
-        raise InfrastructureError(
-            f"Kafka at {settings.bootstrap} did not answer within {settings.connect_timeout:g} s: {e}"
-        ) from e
+    check_connection(settings.connection, timeout=settings.connect_timeout)
 
 
 def run_source(settings: SourceSettings, stop: threading.Event) -> int:
@@ -80,21 +71,27 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         sized = topics.size_config(settings.max_record_bytes)
         for topic in (settings.topic, settings.errors_topic):
             ensure_topic(
-                settings.bootstrap, topic, settings.partitions, config=sized, timeout=settings.connect_timeout
+                settings.connection,
+                topic,
+                settings.partitions,
+                config=sized,
+                timeout=settings.connect_timeout,
+                replication=settings.replication,
             )
         ensure_topic(
-            settings.bootstrap,
+            settings.connection,
             settings.offsets_topic,
             1,
             config={"cleanup.policy": "compact"},
             timeout=settings.connect_timeout,
+            replication=settings.replication,
         )
         transactional_id = settings.transactional_id if settings.exactly_once else None
-        config: dict[str, Any] = build_producer_config(settings.bootstrap, transactional_id=transactional_id)
+        config: dict[str, Any] = build_producer_config(settings.connection, transactional_id=transactional_id)
         config["logger"] = _LIBRDKAFKA_LOG
         config.update(topics.producer_size_config(settings.max_record_bytes))
         fitted = fit_limit(
-            settings.bootstrap,
+            settings.connection,
             settings.topic,
             settings.max_record_bytes,
             topics.MESSAGE_HEADROOM_BYTES,
@@ -112,7 +109,7 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         heads = store.heads()
         wanted = [p for p, head in heads.items() if head >= 0]
         start = read_resume_positions(
-            settings.bootstrap,
+            settings.connection,
             [settings.topic, settings.errors_topic, settings.offsets_topic],
             wanted,
             # always: records of aborted transactions (an earlier --exactly-once run) never count

@@ -26,11 +26,21 @@ from olstream.shared.config import (
     resolve,
 )
 from olstream.shared.errors import ConfigError
+from olstream.shared.kafka_clients import KafkaConnection
+from olstream.shared.kafka_settings import (
+    KAFKA_CLIENT_SETTINGS,
+    TOPIC_SETTINGS,
+    Replication,
+    connection_settings,
+    replication_of,
+)
 from olstream.shared.stopping import STOP_TIMEOUT
 
 SOURCE_SETTINGS = (
     LOG_URL,
     BOOTSTRAP,
+    *KAFKA_CLIENT_SETTINGS,
+    *TOPIC_SETTINGS,
     Setting("topic", topics.EVENTLOG, "records topic", env="OLSTREAM_SOURCE_TOPIC"),
     Setting(
         "errors_topic",
@@ -140,6 +150,12 @@ class SourceSettings:
     metrics_host: str = _D["metrics_host"]
     log_format: str = _D["log_format"]
     log_level: str = _D["log_level"]
+    kafka: KafkaConnection | None = None  # None: PLAINTEXT to `bootstrap`
+    replication: Replication = field(default_factory=Replication)
+
+    @property
+    def connection(self) -> KafkaConnection:
+        return self.kafka or KafkaConnection(self.bootstrap)
 
     @property
     def offsets_topic(self) -> str:
@@ -164,6 +180,7 @@ def resolve_source_settings(
         raise ConfigError("no event log: pass --log URL or set OLSTREAM_LOG_URL")
     if not r["errors_topic"]:
         r = r.with_value("errors_topic", topics.errors_topic_of(r["topic"]), "default (<topic>.errors)")
+    kafka, r = connection_settings(r)
     settings = SourceSettings(
         log_url=r["log_url"],
         bootstrap=r["bootstrap"],
@@ -183,5 +200,7 @@ def resolve_source_settings(
         metrics_host=r["metrics_host"],
         log_format=r["log_format"],
         log_level=r["log_level"],
+        kafka=kafka,
+        replication=replication_of(r),
     )
     return settings, r

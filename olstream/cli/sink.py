@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException
 
 from olstream.connectors.sink.settings import SINK_SETTINGS, build_settings
 from olstream.shared.config import add_flags, add_print_config
-from olstream.shared.errors import ExitCode, OlstreamError
+from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.logs import redact, setup_logging
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,9 @@ def main(args: argparse.Namespace) -> int:
         from olstream.connectors.sink.run import run_sink  # aiohttp, only when the sink runs
 
         return asyncio.run(run_sink(settings))
+    except KafkaAuthError as e:
+        log.error("%s", e)
+        return ExitCode.KAFKA_REFUSED
     except OlstreamError as e:
         log.error("%s", e)
         return ExitCode.FAILED

@@ -19,7 +19,7 @@ from typing import Any
 from olstream.connectors.source.run import run_source
 from olstream.connectors.source.settings import SOURCE_SETTINGS, SourceSettings, resolve_source_settings
 from olstream.shared.config import add_flags, add_print_config, print_config
-from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, OlstreamError
+from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
 from olstream.shared.stopping import install_stop_deadline
@@ -60,6 +60,9 @@ def main(args: argparse.Namespace) -> int:
         serve_metrics(settings.metrics_port, settings.metrics_host)
     try:
         return run_source(settings, stop)
+    except KafkaAuthError as e:
+        log.error("%s", e)
+        return ExitCode.KAFKA_REFUSED
     except (ConfigError, InfrastructureError) as e:
         log.error("%s", e)
         return ExitCode.CONFIG

@@ -11,7 +11,9 @@ from typing import Any
 from olstream.cli.commands import add_actions, resolve_unless_printed
 from olstream.infra.settings import DEMO, MARQUEZ, STATUS, local_postgres
 from olstream.shared.config import add_flags, add_print_config, print_config, resolve
-from olstream.shared.errors import ExitCode, OlstreamError
+from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
+from olstream.shared.kafka_admin import check_connection
+from olstream.shared.kafka_settings import connection_of
 from olstream.shared.logs import setup_logging
 
 
@@ -110,7 +112,12 @@ def _run_status(args: argparse.Namespace) -> int:
     setup_logging("text", "WARNING")
     bootstrap = r["bootstrap"]
     try:
-        current = status.collect(bootstrap, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
+        kafka = connection_of(r)
+        check_connection(kafka, r["timeout"])
+        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
+    except KafkaAuthError as e:
+        print(f"olstream status: {e}", file=sys.stderr)
+        return ExitCode.KAFKA_REFUSED
     except OlstreamError as e:
         print(f"olstream status: {e}", file=sys.stderr)
         return 2

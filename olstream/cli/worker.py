@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from olstream.shared.config import add_flags, add_print_config, print_config
-from olstream.shared.errors import ExitCode, InfrastructureError
+from olstream.shared.errors import ExitCode, InfrastructureError, KafkaAuthError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
 from olstream.streams.settings import WORKER_SETTINGS, WorkerSettings, resolve_worker_settings
@@ -47,6 +47,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         partitions, settings = prepare_topics(settings)
+    except KafkaAuthError as e:
+        log.error("%s", e)
+        return ExitCode.KAFKA_REFUSED
     except (KafkaException, InfrastructureError) as e:  # Kafka unreachable at start: nothing was done
         log.error("Kafka at %s: %s", settings.bootstrap, e)
         return ExitCode.CONFIG

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from olstream.contract import topics
 from olstream.shared.errors import InfrastructureError
-from olstream.shared.kafka_clients import client_config
+from olstream.shared.kafka_clients import Kafka, bootstrap_of, client_config
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +98,15 @@ def group_lags(
     return rows
 
 
-def collect(bootstrap: str, topics: Sequence[str] = PIPELINE_TOPICS, timeout: float = 10.0) -> PipelineStatus:
+def collect(kafka: Kafka, topics: Sequence[str] = PIPELINE_TOPICS, timeout: float = 10.0) -> PipelineStatus:
     """Ask the broker for end offsets of `topics` and every consumer group's committed offsets."""
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient(client_config(kafka))
+    bootstrap = bootstrap_of(kafka)
     try:
         meta = admin.list_topics(timeout=timeout)
         present = [t for t in topics if t in meta.topics and meta.topics[t].error is None]

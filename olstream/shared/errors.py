@@ -47,6 +47,11 @@ class InfrastructureError(OlstreamError):
     """A local service (Kafka, PostgreSQL, Marquez) could not be started, reached or stopped."""
 
 
+class KafkaAuthError(InfrastructureError):
+    """Kafka refused this client's login (user, password, SASL mechanism) or its TLS handshake
+    (an untrusted CA, a certificate without the broker's host name): exit `KAFKA_REFUSED`."""
+
+
 class DeliveryError(OlstreamError):
     """An event could not be delivered to its receiver."""
 
@@ -59,6 +64,8 @@ class ExitCode(IntEnum):
     CONFIG = 2
     NOT_RUNNING = 3
     SEND_FAILED = 75
+    INPUT_GREW = 76
+    KAFKA_REFUSED = 77
     STOP_TIMEOUT = 124
     INTERRUPTED = 130
 
@@ -76,6 +83,13 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "running",
     ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "
     "without a commit, and a restart processes the batch again",
+    ExitCode.INPUT_GREW: "the worker's input topic gained partitions while it ran (MirrorMaker 2 "
+    "growing a copy, an operator adding partitions): it left before processing a record of them, "
+    "with nothing more committed; restart it, and its start grows the state changelog to match",
+    ExitCode.KAFKA_REFUSED: "Kafka refused the connection of a service (source, worker, sink, status) "
+    "at start, and nothing was done: a wrong SASL user name, password or mechanism, or a TLS "
+    "handshake that failed (a CA that did not sign the broker's certificate, a certificate without "
+    "the broker's host name); stderr says which, in one line (EX_NOPERM)",
     ExitCode.STOP_TIMEOUT: "a service was still running `--stop-timeout` seconds (default 30) after the "
     "first SIGTERM/SIGINT (a stuck agent, a flush or shutdown that does not end): it left at once, as "
     "`kill -9` would, with nothing more committed; a restart processes the uncommitted input again",

@@ -1,35 +1,111 @@
-"""Small Kafka admin helpers (confluent-kafka): topics are created explicitly, never auto-created."""
+"""Small Kafka admin helpers (confluent-kafka): topics are created explicitly, never auto-created.
+
+`check_connection` is every service's first call: it tells a refused login or certificate
+(`KafkaAuthError`, exit 77) from a cluster that does not answer. `ensure_topic` creates a missing
+topic with the command's replication (`kafka_settings.Replication`: by default min(3, brokers)
+replicas and min.insync.replicas one less, at least 1) and reports, never changes, an existing
+topic whose replication differs.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 # ConfigResource and ResourceType are public at runtime but missing from the stubs
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
 
-from olstream.shared.errors import InfrastructureError
-from olstream.shared.kafka_clients import client_config
+from olstream.shared.errors import ConfigError, InfrastructureError, KafkaAuthError
+from olstream.shared.kafka_clients import Kafka, as_connection, client_config
+from olstream.shared.kafka_settings import Replication
 
 log = logging.getLogger(__name__)
+_quiet = logging.getLogger(__name__ + ".librdkafka")  # connection chatter of short-lived admin clients
+_quiet.setLevel(logging.CRITICAL)
+
+_AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+_TLS_WORDS = ("SSL handshake failed", "certificate verify failed", "SSL routines", "Certificate")
+
+
+def admin_client(kafka: Kafka, errors: list[KafkaError] | None = None) -> AdminClient:
+    """An AdminClient of the connection; librdkafka's errors go to `errors` when given."""
+    extra: dict[str, Any] = {"logger": _quiet}
+    if errors is not None:
+        extra["error_cb"] = errors.append
+    try:
+        return AdminClient(client_config(kafka, extra))
+    except KafkaException as e:  # an unknown or invalid librdkafka property
+        raise ConfigError(f"invalid Kafka client property: {e.args[0].str() if e.args else e}") from e
+
+
+def refusal(errors: list[KafkaError]) -> str | None:
+    """The text of the first authentication or TLS failure librdkafka reported, if any."""
+    for err in errors:
+        text = err.str()
+        if err.code() in _AUTH_CODES or "Authentication failed" in text:
+            return f"authentication failed: {text}"
+        if err.code() == KafkaError._SSL or any(word in text for word in _TLS_WORDS):
+            return f"TLS failed: {text}"
+    return None
+
+
+def check_connection(kafka: Kafka, timeout: float = 30.0) -> int:
+    """The number of brokers, once the cluster answered this connection's login.
+
+    A refused login (wrong user or password, wrong SASL mechanism) or certificate (an untrusted CA,
+    a host name the broker's certificate does not carry) is `KafkaAuthError`, as soon as librdkafka
+    reports it; no answer within `timeout` is `InfrastructureError`.
+    """
+    connection = as_connection(kafka)
+    errors: list[KafkaError] = []
+    admin = admin_client(connection, errors)
+    deadline = time.monotonic() + timeout
+    while True:  # short steps: a refusal is reported in well under a second, no answer takes `timeout`
+        step = max(0.1, min(1.0, deadline - time.monotonic()))
+        try:
+            meta = admin.list_topics(timeout=step)
+            break
+        except KafkaException as e:
+            admin.poll(0)  # serves librdkafka's error callbacks (list_topics does not)
+            refused = refusal(errors)
+            if refused:
+                raise KafkaAuthError(
+                    f"Kafka at {connection.summary()} refused the connection: {refused}"
+                ) from e
+            if time.monotonic() >= deadline:
+                raise InfrastructureError(
+                    f"Kafka at {connection.summary()} did not answer within {timeout:g} s: {e}"
+                ) from e
+    return len(meta.brokers)
 
 
 def ensure_topic(
-    bootstrap: str,
+    kafka: Kafka,
     name: str,
     partitions: int,
     config: dict[str, str] | None = None,
     timeout: float = 30.0,
+    replication: Replication | None = None,
 ) -> bool:
-    """Create the topic if it is missing; True when this call created it."""
-    admin = AdminClient(client_config(bootstrap))
+    """Create the topic if it is missing; True when this call created it.
+
+    An existing topic is left as it is; a replication factor or min.insync.replicas other than
+    this command's is logged as a warning.
+    """
+    admin = admin_client(kafka)
     meta = admin.list_topics(timeout=timeout)
-    if name in meta.topics and meta.topics[name].error is None:
+    factor, min_insync = (replication or Replication()).resolved(len(meta.brokers))
+    existing = meta.topics.get(name)
+    if existing is not None and existing.error is None:
+        _report_replication(admin, name, existing, factor, min_insync, timeout)
         return False
+    settings = {"min.insync.replicas": str(min_insync), **(config or {})}
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(name, num_partitions=partitions, replication_factor=factor, config=settings)],
         operation_timeout=timeout,
         request_timeout=timeout,
     )
@@ -39,46 +115,73 @@ def ensure_topic(
         if e.args and getattr(e.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
             return False
         raise InfrastructureError(f"cannot create topic {name!r}: {e}") from e
-    log.info("created topic %s with %d partitions", name, partitions)
+    log.info(
+        "created topic %s with %d partitions, replication factor %d, min.insync.replicas %d",
+        name,
+        partitions,
+        factor,
+        min_insync,
+    )
     return True
 
 
-def topic_partitions(bootstrap: str, name: str, timeout: float = 10.0) -> int | None:
-    """The topic's partition count, or None when it does not exist."""
-    admin = AdminClient(client_config(bootstrap))
-    meta = admin.list_topics(topic=name, timeout=timeout)
-    t = meta.topics.get(name)
-    if t is None or t.error is not None:
-        return None
-    return len(t.partitions)
+def _report_replication(
+    admin: AdminClient, name: str, topic: Any, factor: int, min_insync: int, timeout: float
+) -> None:
+    replicas = min((len(p.replicas) for p in topic.partitions.values()), default=0)
+    actual = _config_value(admin, name, "min.insync.replicas", timeout)
+    if replicas == factor and (actual is None or actual == min_insync):
+        return
+    log.warning(
+        "topic %s exists with replication factor %d and min.insync.replicas %s; this command creates "
+        "topics with %d and %d: left as it is (change it with kafka-reassign-partitions / "
+        "kafka-configs if it should match)",
+        name,
+        replicas,
+        "unknown" if actual is None else actual,
+        factor,
+        min_insync,
+    )
 
 
-def topic_max_message_bytes(bootstrap: str, name: str, timeout: float = 10.0) -> int | None:
-    """The topic's effective `max.message.bytes` (its own or the broker's default); None if unknown."""
-    admin = AdminClient(client_config(bootstrap))
-    resource = ConfigResource(ResourceType.TOPIC, name)
+def _config_value(admin: AdminClient, topic: str, key: str, timeout: float) -> int | None:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
             timeout=timeout
         )
     except KafkaException as e:
-        log.warning("could not read the settings of topic %s: %s", name, e)
+        log.warning("could not read the settings of topic %s: %s", topic, e)
         return None
-    entry = configs.get("max.message.bytes")
+    entry = configs.get(key)
     try:
         return None if entry is None or entry.value is None else int(entry.value)
     except ValueError:
         return None
 
 
-def fit_limit(bootstrap: str, topic: str, limit: int, headroom: int, setting: str) -> int:
+def topic_partitions(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
+    """The topic's partition count, or None when it does not exist."""
+    meta = admin_client(kafka).list_topics(topic=name, timeout=timeout)
+    t = meta.topics.get(name)
+    if t is None or t.error is not None:
+        return None
+    return len(t.partitions)
+
+
+def topic_max_message_bytes(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
+    """The topic's effective `max.message.bytes` (its own or the broker's default); None if unknown."""
+    return _config_value(admin_client(kafka), name, "max.message.bytes", timeout)
+
+
+def fit_limit(kafka: Kafka, topic: str, limit: int, headroom: int, setting: str) -> int:
     """`limit`, or less when an existing topic accepts less than `limit` + `headroom` (logged once).
 
     A topic olstream creates accepts the limit; one created before, or by someone else, keeps its
     own settings (never changed here), and a value it would refuse must go to the errors topic
     instead of failing the producer.
     """
-    accepted = topic_max_message_bytes(bootstrap, topic)
+    accepted = topic_max_message_bytes(kafka, topic)
     if accepted is None or accepted >= limit + headroom:
         return limit
     fitted = max(0, accepted - headroom)

@@ -17,10 +17,18 @@ import faust
 from prometheus_client import Counter, Gauge
 
 from olstream.contract import topics
-from olstream.shared.kafka_admin import ensure_topic, fit_limit, topic_partitions
-from olstream.shared.kafka_clients import consumer_config, faust_broker
+from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit, topic_partitions
+from olstream.shared.kafka_clients import (
+    Kafka,
+    consumer_config,
+    faust_broker,
+    faust_credentials,
+    librdkafka_only,
+)
+from olstream.shared.kafka_settings import Replication
 from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
 from olstream.streams.runtime.consumer import use_worker_consumer
+from olstream.streams.runtime.topology import TABLE_NAME, match_changelog
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -76,36 +84,46 @@ class StreamApp:
 
 def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
     """Create the input/output/errors topics when missing; the input's partition count, and the
-    settings with `max_event_bytes` fitted to what an existing output topic accepts.
+    settings with `max_event_bytes` fitted to what an existing output topic accepts and the
+    replication resolved for this cluster (faust's changelog takes it too).
 
-    Topics it creates accept messages of `--max-event-bytes` (`topics.size_config`).
+    Topics it creates accept messages of `--max-event-bytes` (`topics.size_config`); the output
+    gets `--output-partitions`, whatever the input has.
     """
+    kafka = settings.connection
+    brokers = check_connection(kafka)
+    replication = Replication(*settings.replication.resolved(brokers))
     sized = topics.size_config(settings.max_event_bytes)
-    ensure_topic(settings.bootstrap, settings.input_topic, settings.default_partitions, sized)
-    partitions = topic_partitions(settings.bootstrap, settings.input_topic)
+    ensure_topic(kafka, settings.input_topic, settings.default_partitions, sized, replication=replication)
+    partitions = topic_partitions(kafka, settings.input_topic)
     if partitions is None:
         raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
-    ensure_topic(settings.bootstrap, settings.output_topic, partitions, sized)
-    ensure_topic(settings.bootstrap, settings.errors_topic, 1, sized)
+    match_changelog(kafka, settings.app_id, settings.input_topic, partitions)
+    ensure_topic(kafka, settings.output_topic, settings.output_partitions, sized, replication=replication)
+    ensure_topic(kafka, settings.errors_topic, 1, sized, replication=replication)
+    if ignored := librdkafka_only(kafka):
+        log.info("Kafka properties for librdkafka clients only (faust's aiokafka ignores them): %s", ignored)
     limit = fit_limit(
-        settings.bootstrap,
+        kafka,
         settings.output_topic,
         settings.max_event_bytes,
         topics.MESSAGE_HEADROOM_BYTES,
         "--max-event-bytes",
     )
-    return partitions, replace(settings, max_event_bytes=limit)
+    return partitions, replace(settings, max_event_bytes=limit, replication=replication)
 
 
 def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
+    factor, min_insync = settings.replication.resolved(1)  # resolved by prepare_topics
     app = faust.App(
         settings.app_id,
-        broker=faust_broker(settings.bootstrap),
+        broker=faust_broker(settings.connection),
+        broker_credentials=faust_credentials(settings.connection),
         store="rocksdb://",
         datadir=settings.data_dir,
         processing_guarantee="at_least_once",
         topic_partitions=partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=factor,
         topic_allow_declare=True,
         table_standby_replicas=0,
         web_enabled=False,
@@ -120,6 +138,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout,
+        consumer_metadata_max_age_ms=int(settings.metadata_refresh * 1000),
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         key_serializer="raw",
         value_serializer="raw",
@@ -141,11 +160,15 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         settings.errors_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
     table = app.Table(
-        "runs",
+        TABLE_NAME,
         key_type=bytes,
         value_type=bytes,
         partitions=partitions,
-        extra_topic_configs={**CHANGELOG_CONFIG, **topics.size_config(settings.max_event_bytes)},
+        extra_topic_configs={
+            **CHANGELOG_CONFIG,
+            **topics.size_config(settings.max_event_bytes),
+            "min.insync.replicas": str(min_insync),
+        },
     )
     return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
 
@@ -198,11 +221,11 @@ class InputOffsets:
     not happen. The consumer never subscribes, so it does not join the group.
     """
 
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(self, kafka: Kafka, group: str, topic: str) -> None:
         from confluent_kafka import Consumer
 
         self.topic = topic
-        config = consumer_config(bootstrap, group)
+        config = consumer_config(kafka, group)
         self._consumer = Consumer(config)
         # reads single records by assignment (never subscribes or commits); faust reads the input
         # uncommitted, and so does this

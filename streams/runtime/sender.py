@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from olstream.shared.errors import DeliveryError
-from olstream.shared.kafka_clients import producer_config
+from olstream.shared.kafka_clients import Kafka, producer_config
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +23,9 @@ Headers = list[tuple[str, str | bytes | None]]
 
 
 class Sender:
-    def __init__(self, bootstrap: str, extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, kafka: Kafka, extra: dict[str, Any] | None = None) -> None:
         config = producer_config(
-            bootstrap,
+            kafka,
             {
                 "linger.ms": 50,  # flush() sends at once; a long linger spares a wake-up per produce
                 "batch.num.messages": 10_000,

@@ -1,0 +1,90 @@
+"""The worker and its input topic's partition count: never a crash because the input grew.
+
+The run-state table's changelog has one partition per input partition, and a state is written to
+the changelog partition of the record being processed (faust's default without a partitioner). A
+log partition keeps its Kafka partition number when the input grows: MirrorMaker 2 copies a record
+to the same partition number, so the partitions an input gains hold records no state was written
+for yet. Hence:
+
+- at start, a changelog with fewer partitions than the input is grown to match
+  (`match_changelog`): the states already written stay on the partitions they belong to;
+- while running, an assignment that holds an input partition beyond the count the worker started
+  with (`check_assignment`) stops the worker with `ExitCode.INPUT_GREW`, before it processes a
+  record of it, with one line that names the topic, both counts and what to do (restart it: the
+  start grows the changelog).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError
+from olstream.shared.kafka_admin import admin_client, topic_partitions
+from olstream.shared.kafka_clients import Kafka
+
+log = logging.getLogger(__name__)
+
+TABLE_NAME = "runs"
+
+
+def changelog_topic(app_id: str) -> str:
+    """faust's name of the run-state table's changelog: `<app id>-runs-changelog`."""
+    return f"{app_id}-{TABLE_NAME}-changelog"
+
+
+def match_changelog(kafka: Kafka, app_id: str, input_topic: str, input_partitions: int) -> None:
+    """Grow an existing changelog to the input's partition count; a larger one is a ConfigError."""
+    changelog = changelog_topic(app_id)
+    current = topic_partitions(kafka, changelog)
+    if current is None or current == input_partitions:
+        return
+    if current > input_partitions:
+        raise ConfigError(
+            f"the input topic {input_topic} has {input_partitions} partitions, fewer than the "
+            f"{current} of this worker's state changelog {changelog}: the input was recreated or is "
+            "another topic; start with a new --app-id (it processes the input from its start)"
+        )
+    log.warning(
+        "the input topic %s has %d partitions, its state changelog %s has %d: growing the changelog "
+        "to %d (the states written stay on their partitions; the new ones start empty)",
+        input_topic,
+        input_partitions,
+        changelog,
+        current,
+        input_partitions,
+    )
+    admin = admin_client(kafka)  # kept until the result is in: a destroyed handle fails the call
+    futures = admin.create_partitions([NewPartitions(changelog, input_partitions)])
+    try:
+        futures[changelog].result(timeout=30)
+    except KafkaException as e:
+        raise InfrastructureError(f"cannot grow the changelog {changelog} to {input_partitions}: {e}") from e
+
+
+def grown_partitions(assigned: Iterable[int], started_with: int) -> list[int]:
+    """The assigned input partitions the worker did not know at start (the input grew since)."""
+    return sorted(p for p in assigned if p >= started_with)
+
+
+def check_assignment(input_topic: str, assigned: Iterable[int], started_with: int) -> None:
+    """Leave at once (INPUT_GREW) when the assignment holds partitions the input did not have at start."""
+    grown = grown_partitions(assigned, started_with)
+    if not grown:
+        return
+    log.critical(
+        "the input topic %s grew from %d partitions to at least %d while this worker ran (assigned "
+        "%s): the worker leaves without processing them or committing anything (exit %d); restart "
+        "it, and the start grows the state changelog to match",
+        input_topic,
+        started_with,
+        grown[-1] + 1,
+        grown,
+        int(ExitCode.INPUT_GREW),
+    )
+    logging.shutdown()
+    os._exit(ExitCode.INPUT_GREW)

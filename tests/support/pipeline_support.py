@@ -1,0 +1,251 @@
+"""The whole pipeline as processes (source, workers, sink to a file) against a cluster of its own.
+
+For the tests of production Kafka: a cluster started with `olstream.infra.kafka_cluster` (several
+nodes, or SASL_SSL) on ports of its own, a simulated event log that grows while the pipeline
+runs, and the checks every such test makes of what the sink wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from olstream.contract import codec
+from olstream.contract.records import RunEnded, RunStarted
+from olstream.eventlog.simulate import BASE_TIME, simulate
+from olstream.eventlog.stores import open_store
+from olstream.infra import kafka_cluster
+from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.shared.errors import InfrastructureError
+from olstream.streams.mapping import TERMINAL_EVENT_TYPES
+from tests.support.stream_support import OLSTREAM, env, tail
+
+LOG_PARTITIONS = 8
+
+
+def _ports_free(ports: Sequence[int]) -> bool:
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    settings: KafkaSettings
+    state: kafka_cluster.ClusterState
+
+    @property
+    def bootstrap(self) -> str:
+        return self.state.bootstrap
+
+    def restart_missing(self) -> kafka_cluster.ClusterState:
+        """Start the nodes that do not run (after a kill -9), and wait until they are ready."""
+        return kafka_cluster.start_cluster(self.settings)
+
+
+@contextmanager
+def local_cluster(data_dir: Path, brokers: int = 1, security: str = "plaintext") -> Iterator[LocalCluster]:
+    """A cluster of its own (free ports, this data dir), stopped afterwards whatever happens."""
+    last: Exception | None = None
+    for _ in range(5):
+        base = random.randrange(20_000, 40_000, 2)
+        if not _ports_free(range(base, base + 2 * brokers)):
+            continue
+        settings = KafkaSettings(
+            version=DEFAULT_KAFKA_VERSION,
+            port=base,
+            controller_port=base + 1,
+            data_dir=data_dir,
+            brokers=brokers,
+            security=security,
+            start_timeout=180.0,
+        )
+        try:
+            state = kafka_cluster.start_cluster(settings)
+            break
+        except InfrastructureError as e:  # a port taken between the check and the start
+            last = e
+            kafka_cluster.stop_cluster(data_dir)
+    else:
+        raise AssertionError(f"no cluster could start: {last}")
+    try:
+        yield LocalCluster(settings, state)
+    finally:
+        kafka_cluster.stop_cluster(data_dir)
+
+
+class GrowingLog:
+    """A SQLite event log that the test extends with simulated runs (each phase new run ids)."""
+
+    def __init__(self, path: Path) -> None:
+        self.url = f"sqlite:///{path}"
+        self.phases = 0
+        store = open_store(self.url, partitions=LOG_PARTITIONS, create=True)
+        store.close()
+
+    def append(self, runs: int) -> None:
+        self.phases += 1
+        store = open_store(self.url)
+        try:
+            simulate(store, runs, seed=100 + self.phases, base_time=BASE_TIME + timedelta(days=self.phases))
+        finally:
+            store.close()
+
+    def expected(self) -> tuple[set[str], dict[str, str]]:
+        """(every started run, run -> its terminal event type) of the log as it is now."""
+        store = open_store(self.url)
+        starts: set[str] = set()
+        ends: dict[str, str] = {}
+        try:
+            for p in store.partitions():
+                after = -1
+                while batch := store.read(p, after, 10_000):
+                    for row in batch:
+                        record = codec.decode(row.payload, row.partition, row.offset)
+                        if isinstance(record, RunStarted):
+                            starts.add(record.engine_run_id)
+                        elif isinstance(record, RunEnded):
+                            ends[record.engine_run_id] = TERMINAL_EVENT_TYPES[record.status.value]
+                    after = batch[-1].offset
+        finally:
+            store.close()
+        return starts, ends
+
+
+@dataclass
+class Pipeline:
+    """Source, workers and sink (file transport) as processes; names of its own topics and groups."""
+
+    work: Path
+    bootstrap: str
+    log_url: str
+    name: str
+    extra: tuple[str, ...] = ()  # every command's flags: security, replication
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        self.input, self.output = f"{self.name}.eventlog", f"{self.name}.events"
+        self.errors = f"{self.name}.errors"
+        self.events_file = self.work / "events.jsonl"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def commands(self, until_idle: bool = False) -> dict[str, list[str]]:
+        """Each process's command line, in the order they run with --until-idle."""
+        idle = ["--until-idle"] if until_idle else []
+        common = ["--bootstrap", self.bootstrap, *self.extra]
+        out = {
+            "source": [*OLSTREAM, "source", "--log", self.log_url, "--topic", self.input, *common,
+                       *idle, *(["--idle-seconds", "0.5"] if until_idle else [])],
+        }  # fmt: skip
+        for i in range(self.workers):
+            out[f"worker{i}"] = [
+                *OLSTREAM, "worker", "--app-id", f"{self.name}-worker",
+                "--data-dir", str(self.work / f"w{i}"),
+                "--input-topic", self.input, "--output-topic", self.output, "--errors-topic", self.errors,
+                "--session-timeout", "6", *common, *idle,
+            ]  # fmt: skip
+        out["sink"] = [
+            *OLSTREAM, "sink", "--topic", self.output, "--group", f"{self.name}-sink",
+            "--dlq-topic", f"{self.name}.dlq", "--file", str(self.events_file), *common, *idle,
+        ]  # fmt: skip
+        return out
+
+    def log(self, name: str) -> Path:
+        return self.work / f"{name}.log"
+
+    def start(self, *names: str) -> None:
+        for name, cmd in self.commands().items():
+            if names and name not in names:
+                continue
+            with self.log(name).open("ab") as log:
+                self.procs[name] = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True
+                )
+
+    def check_running(self) -> None:
+        for name, proc in self.procs.items():
+            assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{tail(self.log(name))}"
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(45)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def logs(self, lines: int = 25) -> str:
+        return "\n".join(f"--- {name}\n{tail(self.log(name), lines)}" for name in self.procs)
+
+    def delivered(self) -> list[bytes]:
+        """The sink file's lines (events as delivered, byte for byte), in order."""
+        if not self.events_file.exists():
+            return []
+        return [line for line in self.events_file.read_bytes().splitlines() if line.strip()]
+
+
+def missing_events(lines: Sequence[bytes], starts: set[str], ends: dict[str, str]) -> list[str]:
+    seen = {
+        (doc["run"]["facets"]["workflow"]["engineRunId"], doc["eventType"]) for doc in map(json.loads, lines)
+    }
+    missing = [f"{rid} START" for rid in starts if (rid, "START") not in seen]
+    return missing + [f"{rid} {kind}" for rid, kind in ends.items() if (rid, kind) not in seen]
+
+
+def wait_until_delivered(
+    pipeline: Pipeline, starts: set[str], ends: dict[str, str], timeout: float
+) -> list[bytes]:
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = pipeline.delivered()
+        missing = missing_events(lines, starts, ends)
+        if not missing:
+            return lines
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{len(missing)} events not delivered after {timeout:.0f} s (e.g. {missing[:3]}):\n"
+                + pipeline.logs()
+            )
+        pipeline.check_running()
+        time.sleep(1.0)
+
+
+def assert_complete_identical_and_ordered(
+    lines: Sequence[bytes], starts: set[str], ends: dict[str, str]
+) -> int:
+    """Every run's START and terminal event, nothing else; repeats byte-identical; per run START
+    first and the terminal event last. Returns the number of repeats."""
+    assert not missing_events(lines, starts, ends)
+    copies: dict[tuple[str, str], set[bytes]] = defaultdict(set)
+    per_run: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        doc = json.loads(line)
+        rid = doc["run"]["facets"]["workflow"]["engineRunId"]
+        copies[(doc["run"]["runId"], doc["eventType"])].add(line)
+        per_run[rid].append(doc["eventType"])
+    differing = [k for k, v in copies.items() if len(v) > 1]
+    assert not differing, f"repeats that differ: {differing[:3]}"
+    assert set(per_run) == starts, f"events of runs never started: {sorted(set(per_run) - starts)[:3]}"
+    for rid, types in per_run.items():
+        assert types[0] == "START", (rid, types)
+        if rid in ends:
+            assert types[-1] == ends[rid] and set(types) == {"START", ends[rid]}, (rid, types)
+        else:
+            assert set(types) == {"START"}, (rid, types)
+    return len(lines) - len(copies)
