@@ -15,6 +15,7 @@ COPY olstream ./olstream
 COPY connectors ./connectors
 COPY streams ./streams
 COPY infra/kafka/pom.xml ./infra/kafka/pom.xml
+COPY infra/mirror/pom.xml ./infra/mirror/pom.xml
 RUN pip install .
 
 RUN useradd --system --uid 10001 --home-dir /var/lib/olstream --create-home olstream

@@ -10,7 +10,11 @@ run_dir="$(mktemp -d /tmp/olstream-test.XXXXXX)"
 chmod 755 "$run_dir"  # PostgreSQL runs as the `postgres` account when tests run as root
 
 stop_leftovers() {
-  # Every `olstream kafka up` / `olstream postgres up` records its server in broker.json / postgres.json.
+  # Every `olstream kafka up` / `olstream postgres up` records its server in broker.json / postgres.json,
+  # every `olstream mirror up` its MirrorMaker 2 in mirror.json (stopped first: it reads the brokers).
+  while IFS= read -r state; do
+    "$bin/olstream" mirror down --data-dir "$(dirname "$state")" >/dev/null 2>&1 || true
+  done < <(find "$run_dir" -name mirror.json 2>/dev/null)
   while IFS= read -r state; do
     "$bin/olstream" kafka down --data-dir "$(dirname "$state")" >/dev/null 2>&1 || true
   done < <(find "$run_dir" -name broker.json 2>/dev/null)

@@ -14,6 +14,7 @@ from olstream.shared.logs import redact
 # `set_defaults(func=...)`, where func(args) -> int is the subcommand's main().
 COMMAND_MODULES = (
     "olstream.cli.kafka",  # olstream kafka up|down|status
+    "olstream.cli.mirror",  # olstream mirror up|down|status
     "olstream.cli.postgres",  # olstream postgres up|down|status
     "olstream.cli.log",  # olstream log simulate
     "olstream.cli.source",  # olstream source

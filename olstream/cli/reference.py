@@ -12,6 +12,7 @@ import sys
 from olstream.connectors.sink.settings import SINK_SETTINGS
 from olstream.connectors.source.settings import SOURCE_SETTINGS
 from olstream.eventlog.settings import SIMULATE_SETTINGS
+from olstream.infra import mirror_settings
 from olstream.infra import settings as infra
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
 from olstream.shared.errors import EXIT_MEANINGS, ExitCode
@@ -29,6 +30,9 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "kafka up": ("kafka", infra.KAFKA_UP),
     "kafka down": ("kafka", infra.KAFKA_DOWN),
     "kafka status": ("kafka", infra.KAFKA_STATUS),
+    "mirror up": ("mirror", mirror_settings.MIRROR_UP),
+    "mirror down": ("mirror", mirror_settings.MIRROR_DOWN),
+    "mirror status": ("mirror", mirror_settings.MIRROR_STATUS),
     "postgres up": ("postgres", infra.POSTGRES_UP),
     "postgres down": ("postgres", infra.POSTGRES_DOWN),
     "postgres status": ("postgres", infra.POSTGRES_STATUS),
@@ -53,10 +57,10 @@ Every command resolves its settings the same way (`olstream/shared/config.py`):
 The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Keys are the setting names
 below (the flag without its dashes, `_` for `-`). Its top level holds only the settings every
 command shares: `bootstrap`, `log_format` and `log_level`. Everything else goes in the section
-of its command (`source:`, `worker:`, `sink:`, `simulate:`, `kafka:`, `postgres:`, `marquez:`,
-`demo:`, `status:`), which also wins over the top level. The same name means different things
-to different commands (`batch_size` is rows per read for the source and records per batch for
-the worker), so any other top-level key is an error. A key of a section that its command does
+of its command (`source:`, `worker:`, `sink:`, `simulate:`, `kafka:`, `mirror:`, `postgres:`,
+`marquez:`, `demo:`, `status:`), which also wins over the top level. The same name means
+different things to different commands (`batch_size` is rows per read for the source and records
+per batch for the worker), so any other top-level key is an error. A key of a section that its command does
 not declare is ignored (`kafka:` serves `up`, `down` and `status`). One file can serve a whole
 pipeline:
 

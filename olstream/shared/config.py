@@ -184,7 +184,9 @@ METRICS_HOST = Setting(
 )
 CONFIG_FILE = Setting("config", None, "YAML file of settings (top level: shared ones; a section per command)")
 SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
-FILE_SECTIONS = ("source", "worker", "sink", "simulate", "kafka", "postgres", "marquez", "demo", "status")
+FILE_SECTIONS = (
+    "source", "worker", "sink", "simulate", "kafka", "mirror", "postgres", "marquez", "demo", "status"
+)  # fmt: skip
 """The sections of the configuration file: one per command (kafka, postgres, marquez: every action)."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from olstream.shared import java_properties
 from olstream.shared.config import Check, Resolved, Setting, at_least
 from olstream.shared.errors import ConfigError
 from olstream.shared.kafka_clients import (
@@ -106,7 +107,6 @@ TOPIC_SETTINGS = (REPLICATION_FACTOR, MIN_INSYNC_REPLICAS)
 
 _JAAS_MODULES = ("PlainLoginModule", "ScramLoginModule")
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 @dataclass(frozen=True)
@@ -134,80 +134,13 @@ def replication_of(resolved: Resolved) -> Replication:
     return replication
 
 
-def parse_properties(text: str, origin: str) -> dict[str, str]:
-    """Java `.properties` text: `key=value`, `key: value` or `key value`, # and ! comments,
-    backslash line continuations and escapes (`\\\\` is one backslash)."""
-    props: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        if _continues(line):
-            line = line[:-1]
-        key, value = _split_property(line)
-        if not key:
-            raise ConfigError(f"{origin}: a line without a property name: {line[:40]!r}")
-        props[key] = value
-    return props
-
-
-def _continues(line: str) -> bool:
-    trailing = len(line) - len(line.rstrip("\\"))
-    return trailing % 2 == 1
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    key: list[str] = []
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c == "\\" and i + 1 < len(line):
-            key.append(_ESCAPES.get(line[i + 1], line[i + 1]))
-            i += 2
-            continue
-        if c in "=: \t":
-            break
-        key.append(c)
-        i += 1
-    rest = line[i:].lstrip(" \t")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t")
-    return "".join(key), _unescape(rest)
-
-
-def _unescape(value: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(value):
-        c = value[i]
-        if c == "\\" and i + 1 < len(value):
-            nxt = value[i + 1]
-            if nxt == "u" and i + 6 <= len(value):
-                out.append(chr(int(value[i + 2 : i + 6], 16)))
-                i += 6
-                continue
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
 def read_properties(path: str) -> dict[str, str]:
+    """A --kafka-config file, as Java reads it, with a Java `sasl.jaas.config` made librdkafka's."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the Kafka client properties {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"the Kafka client properties {path} are not UTF-8 text: {e.reason}") from e
-    return from_java(parse_properties(text, path), path)
+        props = java_properties.read_properties(Path(path), "the Kafka client properties")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return from_java(props, path)
 
 
 def from_java(props: Mapping[str, str], origin: str) -> dict[str, str]:
@@ -222,7 +155,7 @@ def from_java(props: Mapping[str, str], origin: str) -> dict[str, str]:
             f"{origin}: sasl.jaas.config names a login module librdkafka cannot use; give "
             "sasl.username and sasl.password (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) instead"
         )
-    options = {k: _unescape(v) for k, v in _JAAS_OPTION.findall(jaas)}
+    options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(jaas)}
     for option, prop in (("username", "sasl.username"), ("password", "sasl.password")):
         if option in options:
             out.setdefault(prop, options[option])

@@ -12,6 +12,7 @@ from olstream.connectors.sink.settings import build_settings
 from olstream.connectors.source.settings import resolve_source_settings
 from olstream.shared.config import resolve
 from olstream.shared.errors import ConfigError
+from olstream.shared.java_properties import parse_properties
 from olstream.shared.kafka_clients import (
     KafkaConnection,
     client_config,
@@ -27,7 +28,6 @@ from olstream.shared.kafka_settings import (
     Replication,
     connection_of,
     from_java,
-    parse_properties,
     replication_of,
 )
 from olstream.shared.logs import redact
@@ -52,7 +52,7 @@ def test_java_properties_are_read_as_java_reads_them() -> None:
         "    two\n"
         "  spaced.key=  value with spaces  \n"
     )
-    props = parse_properties(text, "test")
+    props = parse_properties(text, "test")  # the one reader of Java properties (olstream.shared)
     assert props == {
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",

@@ -1,0 +1,332 @@
+"""A local MirrorMaker 2 (dedicated mode), resolved from Maven Central and run for one flow A -> B.
+
+`start_mirror` starts it (or finds it running) for a data dir and waits until it replicates;
+`stop_mirror` stops exactly the process `start_mirror` recorded in <data-dir>/mirror.json;
+`mirror_status` says whether it runs. MirrorMaker 2 keeps its positions in the target cluster
+(`mm2-offsets.<source>.internal`), so a restart with the same clusters resumes where the last
+committed position was (every `offset_flush_interval_ms`): after a kill -9, the records after it
+are replicated again (duplicates, never gaps).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from olstream.infra import process
+from olstream.infra.mirror_config import (
+    MAIN_CLASS,
+    MM2_HEADER,
+    MirrorSettings,
+    Readiness,
+    is_secret_key,
+    jar_cache_dir,
+    java_command,
+    logging_config,
+    remote_topic,
+    render_properties,
+    with_files,
+)
+from olstream.shared.errors import ConfigError, InfrastructureError
+from olstream.shared.logs import register_secret
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "mirror.json"
+LOG_TAIL_LINES = 40
+_REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "mirror" / "pom.xml"
+_PACKAGED_POM = Path(__file__).resolve().with_name("mirror_pom.xml")
+# MirrorMakers started by this process, kept so they are reaped when they exit or are stopped.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class MirrorState:
+    """What `up` records in <data-dir>/mirror.json about the MirrorMaker 2 it started."""
+
+    pid: int
+    version: str
+    source_alias: str
+    source_bootstrap: str
+    target_alias: str
+    target_bootstrap: str
+    topics: str
+    replication_policy: str
+    data_dir: str
+    started_at: float
+    ready_at: float | None = None  # None while it starts
+
+    def remote_topic(self, topic: str) -> str:
+        """The name of a source topic's copy on the target."""
+        return remote_topic(self.replication_policy, self.source_alias, topic)
+
+    @property
+    def ready_seconds(self) -> float | None:
+        return None if self.ready_at is None else self.ready_at - self.started_at
+
+
+@dataclass(frozen=True)
+class MirrorStatus:
+    running: bool
+    data_dir: Path
+    state: MirrorState | None
+
+
+def pom_path() -> Path:
+    """infra/mirror/pom.xml of the source tree (or the copy shipped inside the wheel)."""
+    for candidate in (_REPO_POM, _PACKAGED_POM):
+        if candidate.is_file():
+            return candidate
+    raise InfrastructureError(f"cannot find the MirrorMaker pom (looked at {_REPO_POM} and {_PACKAGED_POM})")
+
+
+def _executable(name: str, env_home: str) -> str:
+    if os.environ.get(env_home):
+        candidate = Path(os.environ[env_home]) / "bin" / name
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise InfrastructureError(
+            f"`{name}` is not on PATH; olstream needs Java 17 and Maven for MirrorMaker"
+        )
+    return found
+
+
+def resolve_jars(version: str) -> Path:
+    """MirrorMaker 2's classpath directory, resolved with Maven once per version and cached."""
+    libs = jar_cache_dir(version)
+    if (libs / ".complete").exists():
+        return libs
+    with process.file_lock(libs.parent / ".lock"):
+        if (libs / ".complete").exists():
+            return libs
+        mvn = _executable("mvn", "MAVEN_HOME")
+        staging = libs.parent / f"libs.staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom_path()),
+            f"-Dmirror.version={version}",
+            f"-Doutput.dir={staging}",
+            "dependency:copy-dependencies",
+        ]
+        log.info("resolving connect-mirror %s jars from Maven Central into %s", version, libs)
+        started = time.monotonic()
+        result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+        if result.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
+            raise InfrastructureError(f"Maven could not resolve connect-mirror {version}:\n{output}")
+        if not (staging / f"connect-mirror-{version}.jar").is_file():
+            raise InfrastructureError(f"Maven ran but connect-mirror-{version}.jar is not in {staging}")
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+        (libs / ".complete").touch()
+        log.info("resolved connect-mirror %s in %.1f s", version, time.monotonic() - started)
+    return libs
+
+
+def read_state(data_dir: Path) -> MirrorState | None:
+    return process.read_state_file(data_dir / STATE_FILE, MirrorState, "MirrorMaker")
+
+
+def _write_state(data_dir: Path, state: MirrorState) -> None:
+    tmp = data_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
+    tmp.replace(data_dir / STATE_FILE)
+
+
+def _is_ours(state: MirrorState) -> bool:
+    """The recorded pid is alive and is the MirrorMaker of this data dir (not a recycled pid)."""
+    child = _children.get(state.pid)
+    if child is not None and child.poll() is not None:
+        return False
+    if not process.pid_alive(state.pid):
+        return False
+    cmdline = process.pid_cmdline(state.pid)
+    if not cmdline:
+        return True
+    config = str(Path(state.data_dir) / "config" / "mm2.properties")
+    return MAIN_CLASS in cmdline and config in cmdline
+
+
+def mirror_status(data_dir: Path) -> MirrorStatus:
+    state = read_state(data_dir)
+    running = state is not None and _is_ours(state)
+    return MirrorStatus(running=running, data_dir=data_dir, state=state)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (mm2.properties may hold the clients' secrets)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="latin-1") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
+def _write_config(settings: MirrorSettings) -> None:
+    try:
+        props = with_files(settings)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    for key, value in props.items():
+        if is_secret_key(key):
+            register_secret(value)
+    for directory in (settings.config_dir, settings.log_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    _write_private(settings.mm2_properties, render_properties(props, MM2_HEADER))
+    settings.logging_config.write_text(logging_config(settings))
+
+
+class _LogWatch:
+    """Reads the lines MirrorMaker 2 appends to mirror.log from a position on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.position = path.stat().st_size if path.exists() else 0
+        self.partial = b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                if f.seek(0, os.SEEK_END) < self.position:  # rolled over: a new file
+                    self.position, self.partial = 0, b""
+                f.seek(self.position)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.position += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        return [line.decode(errors="replace") for line in lines]
+
+
+def _failure(settings: MirrorSettings, reason: str, readiness: Readiness) -> InfrastructureError:
+    lines = [f"MirrorMaker 2 (connect-mirror {settings.version}) did not start: {reason}"]
+    if readiness.problems:
+        lines += [f"--- last WARN and ERROR lines of {settings.log_file} ---", *readiness.problems]
+    out = process.tail(settings.log_dir / "mirror.out", LOG_TAIL_LINES)
+    if out.strip():
+        lines += [f"--- last lines of {settings.log_dir / 'mirror.out'} ---", out]
+    lines.append(f"(the whole log: {settings.log_file})")
+    return InfrastructureError("\n".join(lines))
+
+
+def _wait_ready(settings: MirrorSettings, child: subprocess.Popen[bytes], watch: _LogWatch) -> None:
+    readiness = Readiness()
+    deadline = time.monotonic() + settings.start_timeout
+    while time.monotonic() < deadline:
+        for line in watch.new_lines():
+            readiness = readiness.seen(line)
+        if readiness.ready:
+            return
+        code = child.poll()
+        if code is not None:
+            raise _failure(settings, f"the MirrorMaker process exited with code {code}", readiness)
+        time.sleep(0.2)
+    waiting = []
+    if readiness.partitions is None:
+        waiting.append("the source connector's start")
+    if not readiness.heartbeats:
+        waiting.append("the heartbeat task")
+    if readiness.partitions and not readiness.source_task:
+        waiting.append("the first replication task")
+    reason = f"not replicating within {settings.start_timeout:.0f} s (waiting for {', '.join(waiting)})"
+    raise _failure(settings, reason, readiness)
+
+
+def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
+    """Start the MirrorMaker 2 of `settings.data_dir` unless it runs; (state, True when this call did)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with process.file_lock(settings.data_dir / ".lock"):
+        current = read_state(settings.data_dir)
+        if current is not None and _is_ours(current):
+            return current, False
+        (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
+        _write_config(settings)
+        java = _executable("java", "JAVA_HOME")
+        classpath = str(resolve_jars(settings.version) / "*")
+        watch = _LogWatch(settings.log_file)
+        cmd = java_command(java, settings, classpath)
+        with (settings.log_dir / "mirror.out").open("ab") as out:
+            child = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=settings.data_dir,
+                start_new_session=True,
+            )
+        _children[child.pid] = child
+        state = MirrorState(
+            pid=child.pid,
+            version=settings.version,
+            source_alias=settings.source_alias,
+            source_bootstrap=settings.source_bootstrap,
+            target_alias=settings.target_alias,
+            target_bootstrap=settings.target_bootstrap,
+            topics=settings.topics,
+            replication_policy=settings.replication_policy,
+            data_dir=str(settings.data_dir),
+            started_at=time.time(),
+        )
+        _write_state(settings.data_dir, state)
+        try:
+            _wait_ready(settings, child, watch)
+        except InfrastructureError:
+            process.stop_pid(child.pid, timeout=10)
+            _reap(child.pid)
+            (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
+            raise
+        state = replace(state, ready_at=time.time())
+        _write_state(settings.data_dir, state)
+        log.info(
+            "MirrorMaker 2 replicates %s -> %s (topics %s) after %.1f s",
+            state.source_alias,
+            state.target_alias,
+            state.topics,
+            state.ready_seconds or 0.0,
+        )
+        return state, True
+
+
+def start_mirror(settings: MirrorSettings) -> MirrorState:
+    """`ensure_mirror` without the flag: the state of the MirrorMaker 2 running for this data dir."""
+    return ensure_mirror(settings)[0]
+
+
+def _reap(pid: int) -> None:
+    child = _children.pop(pid, None)
+    if child is not None:
+        child.poll()
+
+
+def stop_mirror(data_dir: Path, timeout: float = 30.0) -> MirrorState | None:
+    """Stop exactly the MirrorMaker recorded in `data_dir` (SIGTERM, SIGKILL after `timeout`)."""
+    with process.file_lock(data_dir / ".lock"):
+        state = read_state(data_dir)
+        if state is None:
+            return None
+        if _is_ours(state):
+            if process.stop_pid(state.pid, timeout=timeout):
+                log.warning(
+                    "MirrorMaker pid %d ignored SIGTERM for %.0f s and was killed", state.pid, timeout
+                )
+        else:
+            state = None
+        for pid in list(_children):
+            if _children[pid].poll() is not None or not process.pid_alive(pid):
+                _reap(pid)
+        (data_dir / STATE_FILE).unlink(missing_ok=True)
+        return state
