@@ -20,12 +20,17 @@ _REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "pom.xml"
 _PACKAGED_POM = Path(__file__).resolve().with_name("kafka_pom.xml")
 
 
-def pom_path() -> Path:
-    """infra/kafka/pom.xml of the source tree (or the copy shipped inside the wheel)."""
-    for candidate in (_REPO_POM, _PACKAGED_POM):
+def find_pom(candidates: tuple[Path, ...], what: str) -> Path:
+    """The first pom that exists: the source tree's, else the copy shipped inside the wheel."""
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise InfrastructureError(f"cannot find the Kafka pom (looked at {_REPO_POM} and {_PACKAGED_POM})")
+    raise InfrastructureError(f"cannot find the {what} pom (looked at {', '.join(map(str, candidates))})")
+
+
+def pom_path() -> Path:
+    """infra/kafka/pom.xml of the source tree (or the copy shipped inside the wheel)."""
+    return find_pom((_REPO_POM, _PACKAGED_POM), "Kafka")
 
 
 def find_executable(name: str, env_home: str | None = None) -> str:
@@ -35,13 +40,18 @@ def find_executable(name: str, env_home: str | None = None) -> str:
             return str(candidate)
     found = shutil.which(name)
     if found is None:
-        raise InfrastructureError(f"`{name}` is not on PATH; olstream needs Java 17 and Maven for Kafka")
+        raise InfrastructureError(
+            f"`{name}` is not on PATH; olstream needs Java 17 and Maven (Kafka, MirrorMaker 2)"
+        )
     return found
 
 
-def resolve_jars(version: str) -> Path:
-    """The broker's classpath directory, resolved with Maven once per version and cached."""
-    libs = jar_cache_dir(version)
+def resolve_with_maven(libs: Path, pom: Path, options: list[str], marker: str, what: str) -> Path:
+    """`libs`, filled once by `mvn dependency:copy-dependencies` of `pom` and cached (`.complete`).
+
+    `options` are Maven's (-Dname=value, -P profile); `marker` is a jar that must be there after.
+    Concurrent callers wait on a file lock; a failed run leaves nothing behind.
+    """
     if (libs / ".complete").exists():
         return libs
     with process.file_lock(libs.parent / ".lock"):
@@ -55,27 +65,33 @@ def resolve_jars(version: str) -> Path:
             "-B",
             "-q",
             "-f",
-            str(pom_path()),
-            f"-Dkafka.version={version}",
-            "-P",
-            logging_profile(version),
+            str(pom),
+            *options,
             f"-Doutput.dir={staging}",
             "dependency:copy-dependencies",
         ]
-        log.info("resolving Kafka %s jars from Maven Central into %s", version, libs)
+        log.info("resolving %s jars from Maven Central into %s", what, libs)
         started = time.monotonic()
         result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
         if result.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
-            raise InfrastructureError(f"Maven could not resolve Kafka {version}:\n{output}")
-        if not (staging / f"kafka_2.13-{version}.jar").is_file():
-            raise InfrastructureError(f"Maven ran but kafka_2.13-{version}.jar is not in {staging}")
+            raise InfrastructureError(f"Maven could not resolve {what}:\n{output}")
+        if not (staging / marker).is_file():
+            raise InfrastructureError(f"Maven ran but {marker} is not in {staging}")
         shutil.rmtree(libs, ignore_errors=True)
         staging.rename(libs)
         (libs / ".complete").touch()
-        log.info("resolved Kafka %s in %.1f s", version, time.monotonic() - started)
+        log.info("resolved %s in %.1f s", what, time.monotonic() - started)
     return libs
+
+
+def resolve_jars(version: str) -> Path:
+    """The broker's classpath directory, resolved with Maven once per version and cached."""
+    options = [f"-Dkafka.version={version}", "-P", logging_profile(version)]
+    return resolve_with_maven(
+        jar_cache_dir(version), pom_path(), options, f"kafka_2.13-{version}.jar", f"Kafka {version}"
+    )
 
 
 def java_and_classpath(version: str) -> tuple[str, str]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from olstream.infra import process
+from olstream.infra.kafka_jars import find_executable, find_pom, resolve_with_maven
 from olstream.infra.mirror_config import (
     MAIN_CLASS,
     MM2_HEADER,
@@ -80,60 +80,18 @@ class MirrorStatus:
 
 def pom_path() -> Path:
     """infra/mirror/pom.xml of the source tree (or the copy shipped inside the wheel)."""
-    for candidate in (_REPO_POM, _PACKAGED_POM):
-        if candidate.is_file():
-            return candidate
-    raise InfrastructureError(f"cannot find the MirrorMaker pom (looked at {_REPO_POM} and {_PACKAGED_POM})")
-
-
-def _executable(name: str, env_home: str) -> str:
-    if os.environ.get(env_home):
-        candidate = Path(os.environ[env_home]) / "bin" / name
-        if candidate.is_file():
-            return str(candidate)
-    found = shutil.which(name)
-    if found is None:
-        raise InfrastructureError(
-            f"`{name}` is not on PATH; olstream needs Java 17 and Maven for MirrorMaker"
-        )
-    return found
+    return find_pom((_REPO_POM, _PACKAGED_POM), "MirrorMaker")
 
 
 def resolve_jars(version: str) -> Path:
     """MirrorMaker 2's classpath directory, resolved with Maven once per version and cached."""
-    libs = jar_cache_dir(version)
-    if (libs / ".complete").exists():
-        return libs
-    with process.file_lock(libs.parent / ".lock"):
-        if (libs / ".complete").exists():
-            return libs
-        mvn = _executable("mvn", "MAVEN_HOME")
-        staging = libs.parent / f"libs.staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(pom_path()),
-            f"-Dmirror.version={version}",
-            f"-Doutput.dir={staging}",
-            "dependency:copy-dependencies",
-        ]
-        log.info("resolving connect-mirror %s jars from Maven Central into %s", version, libs)
-        started = time.monotonic()
-        result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-        if result.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            output = "\n".join((result.stdout + result.stderr).splitlines()[-LOG_TAIL_LINES:])
-            raise InfrastructureError(f"Maven could not resolve connect-mirror {version}:\n{output}")
-        if not (staging / f"connect-mirror-{version}.jar").is_file():
-            raise InfrastructureError(f"Maven ran but connect-mirror-{version}.jar is not in {staging}")
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        (libs / ".complete").touch()
-        log.info("resolved connect-mirror %s in %.1f s", version, time.monotonic() - started)
-    return libs
+    return resolve_with_maven(
+        jar_cache_dir(version),
+        pom_path(),
+        [f"-Dmirror.version={version}"],
+        f"connect-mirror-{version}.jar",
+        f"connect-mirror {version}",
+    )
 
 
 def read_state(data_dir: Path) -> MirrorState | None:
@@ -255,7 +213,7 @@ def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
             return current, False
         (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
         _write_config(settings)
-        java = _executable("java", "JAVA_HOME")
+        java = find_executable("java", "JAVA_HOME")
         classpath = str(resolve_jars(settings.version) / "*")
         watch = _LogWatch(settings.log_file)
         cmd = java_command(java, settings, classpath)
