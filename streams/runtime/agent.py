@@ -6,7 +6,9 @@ output send of the batch was acknowledged by the broker (``Sender.flush``), so a
 committed offset never runs ahead of an unacknowledged event. A failed send ends the process at
 once: nothing of the batch is committed, and the records are processed again,
 re-emitting identical bytes. State writes of a batch are coalesced per run and
-written to the table (RocksDB + changelog) after the batch's sends were acked.
+written to the table (RocksDB + changelog) after the batch's sends were acked, and
+its log partitions' marks after them: a record at or below its log partition's
+mark was applied before, and is skipped (``olstream.streams.log_marks``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from olstream.contract import codec, topics, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
 from olstream.contract.records import Record, RunEnded
 from olstream.shared.errors import DecodeError, DeliveryError, ExitCode
+from olstream.streams.log_marks import MarkBook, Verdict
 from olstream.streams.processor import apply
 from olstream.streams.retention import CommittedLogPositions, Retention
 from olstream.streams.runid import epoch_millis
@@ -31,9 +34,10 @@ from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
-from olstream.streams.runtime.sender import Sender
+from olstream.streams.runtime.sender import Headers, Sender
+from olstream.streams.runtime.table_state import TableState
+from olstream.streams.runtime.topology import check_assignment
 from olstream.streams.state import RunState, StreamInputError
-from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +73,9 @@ def _where(event: Any) -> str:
     )
 
 
-class StreamWorker(InputOrder, ErrorRecords):
-    """Per-process processing state around the faust app (retention index, batch overlay, idle tracking)."""
+class StreamWorker(InputOrder, ErrorRecords, TableState):
+    """Per-process processing state around the faust app (retention index, batch overlay, log marks,
+    idle tracking)."""
 
     def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
         self.sa = sa
@@ -90,6 +95,9 @@ class StreamWorker(InputOrder, ErrorRecords):
         self.overlay: dict[str, tuple[RunState | None, Any]] = {}
         # decoded states of the store (bounded LRU), cleared on every rebalance
         self.cache: OrderedDict[str, RunState] = OrderedDict()
+        # per (input partition, log partition): the highest log offset applied (olstream.streams.log_marks)
+        self.marks: MarkBook[Any] = MarkBook()
+        self.duplicates_logged = False
         self.batch: list[Any] = []
         # input partition -> {log partition: last log offset} of the batch's records
         self.batch_positions: dict[int, dict[int, int]] = {}
@@ -98,84 +106,6 @@ class StreamWorker(InputOrder, ErrorRecords):
         self.stream: Any = None
         self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
         self.flush_seconds = 0.0  # time spent waiting for acks and writing state
-
-    # ------------------------------------------------------------------ state access
-
-    def lookup(self, key: str) -> RunState | None:
-        hit = self.overlay.get(key)
-        if hit is not None:
-            return hit[0]
-        # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
-        # current event's partition (Table.get would check membership first, a second read)
-        cached = self.cache.get(key)
-        if cached is not None:
-            self.cache.move_to_end(key)
-            return cached
-        raw = faust_private.raw_get(self.store, key.encode("utf-8"))
-        if raw is None:
-            return None
-        state = loads_state(raw)
-        self.remember(key, state)
-        return state
-
-    def remember(self, key: str, state: RunState) -> None:
-        """Keep a decoded state (bounded LRU): what is in the store, never anything newer."""
-        self.cache[key] = state
-        self.cache.move_to_end(key)
-        if len(self.cache) > self.settings.state_cache_size:
-            self.cache.popitem(last=False)
-
-    def put(self, key: str, state: RunState | None, event: Any) -> None:
-        self.overlay[key] = (state, event)
-
-    def write_overlay(self) -> None:
-        """Write the batch's state to the table (RocksDB, and faust's changelog producer).
-
-        faust flushes its producer before it commits offsets, so the changelog is never behind
-        a committed offset; the writes go to the partition of the event that changed the key.
-        A change made by an event of a partition this worker no longer owns is dropped: its new
-        owner processes that event again from the committed offset, and a late write here could
-        overwrite the newer state the new owner has written to the changelog since.
-        """
-        owned = self.sa.app.consumer.assignment()
-        for name, (state, event) in self.overlay.items():
-            if event.message.tp not in owned:
-                continue
-            faust_private.set_current_event(event)  # the table writes to the event's partition
-            key = name.encode("utf-8")
-            if state is None:
-                self.cache.pop(name, None)
-                if faust_private.raw_get(self.store, key) is not None:
-                    del self.table[key]
-            else:
-                self.table[key] = dumps_state(state)
-                self.remember(name, state)
-        self.overlay.clear()
-
-    def rescan(self) -> None:
-        """Rebuild the retention index from the finished runs in the (restored) table."""
-        self.cache.clear()  # a rebalance restores partitions from the changelog behind our back
-        self.retention.clear()
-        count = 0
-        for _key, raw in self.table.items():
-            if raw is not None and finished_end_ms(raw) is not None:
-                s = loads_state(raw)
-                assert s.end is not None
-                log_partition, end = s.start_position[0], s.end
-                self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.key)
-                count += 1
-        self.rescan_needed = False
-        self.committed_log.keep_only({tp.partition for tp in self.owned_input_tps()})
-        m.RETAINED.set(self.retention.retained)
-        log.info("retention index rebuilt: %d finished runs retained", count)
-
-    def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
-        committed = self.committed_log.committed(log_partition)
-        for key in self.retention.advance(log_partition, record_ms, committed):
-            s = self.lookup(key)
-            if s is not None and s.end is not None:
-                self.put(key, None, event)
-                m.EVICTED.inc()
 
     # ------------------------------------------------------------------ processing
 
@@ -221,6 +151,7 @@ class StreamWorker(InputOrder, ErrorRecords):
                 self.write_overlay()
             finally:
                 self.overlay.clear()
+                self.marks.take_batch()
                 faust_private.reset_current_event(token)
             last_input: dict[int, int] = {}  # input partition -> the batch's last offset
             with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
@@ -238,13 +169,24 @@ class StreamWorker(InputOrder, ErrorRecords):
             log.debug("batch of %d records flushed in %.3f s", len(events), elapsed)
 
     def handle_event(self, event: Any) -> None:
+        """Process one record, unless its log partition's mark says it was applied before."""
         msg = event.message
-        value: bytes = event.value
         headers = msg.headers
+        log_partition = int_header(headers, wire.HEADER_PARTITION)
+        log_offset = int_header(headers, wire.HEADER_OFFSET)
+        if log_partition is None or log_offset is None:  # no position in its headers: no mark to judge by
+            self.handle_record(event, log_partition, log_offset)
+            return
+        if self.judge_mark(msg.partition, log_partition, log_offset) is Verdict.DUPLICATE:
+            return
+        self.handle_record(event, log_partition, log_offset)
+        # applied, a replay, or refused to the errors topic: it has had its effect
+        self.marks.applied(msg.partition, log_partition, log_offset, event)
+
+    def handle_record(self, event: Any, log_partition: int | None, log_offset: int | None) -> None:
+        msg = event.message
         try:
-            record = codec.decode(
-                value, int_header(headers, wire.HEADER_PARTITION), int_header(headers, wire.HEADER_OFFSET)
-            )
+            record = codec.decode(event.value, log_partition, log_offset)
         except DecodeError as e:  # undecodable, or invalid_time (naming the field)
             self.reject(event, e.error_reason, str(e))
             return
@@ -284,7 +226,7 @@ class StreamWorker(InputOrder, ErrorRecords):
                 MAX_JOB_PATH_BYTES,
             )
         for out in step.outputs:
-            headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
+            headers: Headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
             self.sender.send(self.settings.output_topic, out.key, out.value, headers)
             m.event_counter(out.event_type).inc()
 
@@ -317,8 +259,8 @@ class StreamWorker(InputOrder, ErrorRecords):
 
 def attach(sa: m.StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hook and the idle timer on the app."""
-    input_offsets = m.InputOffsets(sa.settings.bootstrap, sa.settings.app_id, sa.settings.input_topic)
-    sender = Sender(sa.settings.bootstrap, topics.producer_size_config(sa.settings.max_event_bytes))
+    input_offsets = m.InputOffsets(sa.settings.connection, sa.settings.app_id, sa.settings.input_topic)
+    sender = Sender(sa.settings.connection, topics.producer_size_config(sa.settings.max_event_bytes))
     worker = StreamWorker(sa, sender, input_offsets)
     app = sa.app
 
@@ -328,6 +270,8 @@ def attach(sa: m.StreamApp) -> StreamWorker:
         stream.enable_acks = False
         worker.stream = stream
         async for event in stream.events():
+            if event.message.partition >= sa.partitions:  # the input grew since the start: leave
+                check_assignment(sa.settings.input_topic, [event.message.partition], sa.partitions)
             try:
                 if not await worker.admit(event):
                     continue
@@ -352,10 +296,9 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         worker.rescan_needed = True
-        log.info(
-            "rebalance complete: input partitions %s",
-            sorted(tp.partition for tp in worker.owned_input_tps()),
-        )
+        owned = sorted(tp.partition for tp in worker.owned_input_tps())
+        log.info("rebalance complete: input partitions %s", owned)
+        check_assignment(sa.settings.input_topic, owned, sa.partitions)
 
     async def committed_timer() -> None:
         await worker.refresh_committed(input_offsets)

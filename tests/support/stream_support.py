@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,6 +180,19 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: floa
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def metric(port: int, name: str) -> float | None:
+    """A worker's unlabelled metric as its /metrics serves it (None while it does not serve yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
 
 
 def tail(path: Path, lines: int = 40) -> str:

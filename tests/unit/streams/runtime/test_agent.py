@@ -27,6 +27,7 @@ from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError
 from olstream.streams.input_ledger import InputLedger
+from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.runtime import agent
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
@@ -265,6 +266,7 @@ class Rig:
         *,
         batch_size: int = 1000,
         partitions: tuple[int, ...] = (0, 1),
+        topic_partitions: int = 4,  # the input topic's, assigned or not
         bases: dict[int, int] | None = None,
         max_event_bytes: int = topics.MAX_MESSAGE_BYTES,
     ) -> None:
@@ -294,7 +296,7 @@ class Rig:
             output_topic=OUTPUT,
             errors_topic=ERRORS,
             table=self.table,
-            partitions=len(partitions),
+            partitions=topic_partitions,
         )
         self.worker = agent.attach(sa)
         [self.process] = self.app.agents
@@ -373,13 +375,15 @@ def test_a_batch_sends_in_record_order_then_flushes_then_stores_then_acks(
         ("flush",),
         ("set", "0:r1", 0),  # one write per run, coalesced over the batch
         ("set", "0:r2", 0),
+        ("set", "hwm:0:0", 0),  # then the log partition's mark, in the same partition
         ("ack", 0, 0, True),
         ("ack", 0, 1, True),
         ("ack", 0, 2, True),
         ("ack", 0, 3, True),
     ]
     assert rig.consumer.ledgers[0].advance() == 4
-    assert not rig.worker.batch and not rig.worker.overlay
+    assert not rig.worker.batch and not rig.worker.overlay and not rig.worker.marks.batch
+    assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(3)
 
 
 def test_nothing_is_stored_or_acked_before_the_batch_is_flushed(rig: Rig) -> None:
@@ -388,7 +392,7 @@ def test_nothing_is_stored_or_acked_before_the_batch_is_flushed(rig: Rig) -> Non
     assert rig.table.rows == {}
     assert rig.consumer.ledgers[0].advance() == 0
     rig.flush_quiet_batch()
-    assert kinds(rig.take()) == ["flush", "set", "ack", "ack"]
+    assert kinds(rig.take()) == ["flush", "set", "set", "ack", "ack"]
     assert rig.consumer.ledgers[0].advance() == 2
 
 
@@ -458,10 +462,12 @@ def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: 
         ("send", OUTPUT, "START", "r1"),
         ("flush",),
         ("set", "0:r1", 0),
+        ("set", "hwm:0:0", 0),  # the refused record counts too: a copy of it is refused no more
         ("ack", 0, 0, True),
         ("ack", 0, 1, True),
         ("ack", 0, 2, True),
     ]
+    assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(1)
 
 
 def test_records_that_would_make_an_event_or_state_too_large_go_to_the_errors_topic(
@@ -523,7 +529,8 @@ def test_acks_follow_offset_order_per_partition_and_count_only_admitted_records(
     assert [s[3] for s in before_flush if s[0] == "send"] == ["a", "b", "c", "b", "a"]  # no replayed START
     rig.flush_quiet_batch()
     trace = rig.take()
-    assert kinds(trace) == ["flush", "set", "set", "set", "ack", "ack", "ack", "ack", "ack"]
+    assert kinds(trace) == ["flush", "set", "set", "set", "set", "set", "ack", "ack", "ack", "ack", "ack"]
+    assert [s[1] for s in trace if s[0] == "set"][3:] == ["hwm:0:0", "hwm:1:1"]  # a mark per partition
     assert counted_acks(trace, 0) == [5, 6, 7]
     assert counted_acks(trace, 1) == [3, 4]
     assert released(trace) == []
@@ -576,6 +583,7 @@ def test_records_of_one_run_in_one_batch_see_each_others_state(rig: Rig) -> None
         ("send", OUTPUT, "START", "r1"),
         ("send", OUTPUT, "COMPLETE", "r1"),  # neither record went to the errors topic as unknown_run
         ("set", "0:r1", 0),
+        ("set", "hwm:0:0", 0),
     ]
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
@@ -587,16 +595,41 @@ def test_a_later_batch_reads_the_stored_state(rig: Rig) -> None:
     rig.flush_quiet_batch()
     rig.take()
     rig.worker.cache.clear()  # read it from the table, not from what the worker remembers
+    rig.worker.marks.clear()
     rig.feed(event_of(ended("r1", offset=1), 0, 1), event_of(ended("r1", offset=1), 0, 2))
     rig.flush_quiet_batch()
     trace = rig.take()
-    # the second RunEnded is a replay of the first (seen through the overlay): the identical
-    # terminal event again, and no second state change
+    # the second RunEnded is a copy of the first at another input offset: at the log partition's
+    # mark (advanced by the first, in the batch), so skipped; one state change, then the mark
     assert [s for s in trace if s[0] in ("send", "set")] == [
         ("send", OUTPUT, "COMPLETE", "r1"),
-        ("send", OUTPUT, "COMPLETE", "r1"),
         ("set", "0:r1", 0),
+        ("set", "hwm:0:0", 0),
     ]
+    assert counted_acks(trace, 0) == [1, 2]
+    state = rig.table.state("r1")
+    assert state is not None and state.end is not None
+
+
+def test_without_a_stored_mark_a_replay_re_emits_from_the_run_state(rig: Rig) -> None:
+    """A state stored without a mark (by a version before marks): the run's own state still tells a
+    replay, which re-sends the identical terminal event, never a START after it."""
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    rig.flush_quiet_batch()
+    first = [v for t, v, _ in rig.sender.values if t == OUTPUT]
+    del rig.table.rows[b"hwm:0:0"]
+    rig.worker.cache.clear()
+    rig.worker.marks.clear()
+    rig.take()
+    rig.feed(event_of(started("r1", offset=0), 0, 2), event_of(ended("r1", offset=1), 0, 3))
+    rig.flush_quiet_batch()
+    trace = rig.take()
+    assert [s for s in trace if s[0] in ("send", "set")] == [
+        ("send", OUTPUT, "COMPLETE", "r1"),  # the replayed RunStarted of an ended run sends nothing
+        ("set", "hwm:0:0", 0),  # the run's state is unchanged; the mark is stored again
+    ]
+    again = [v for t, v, _ in rig.sender.values if t == OUTPUT][len(first) :]
+    assert again == first[1:]
 
 
 # ---------------------------------------------------------------------------- eviction
@@ -606,7 +639,7 @@ def _finish_r1(rig: Rig) -> None:
     """r1 starts and ends (log partition 0, offsets 0..1, input partition 0 offsets 0..1): one batch."""
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     rig.flush_quiet_batch()
-    assert kinds(rig.take()) == ["send", "send", "flush", "set", "ack", "ack"]
+    assert kinds(rig.take()) == ["send", "send", "flush", "set", "set", "ack", "ack"]
 
 
 def test_a_finished_run_stays_within_the_window_even_when_its_end_is_committed(rig: Rig) -> None:
@@ -643,6 +676,7 @@ def test_a_finished_run_is_evicted_only_once_its_end_is_committed_and_after_the_
         ("flush",),
         ("del", "0:r1", 0),  # the tombstone goes to the partition of the record that evicted it
         ("set", "0:r4", 0),
+        ("set", "hwm:0:0", 0),
         ("ack", 0, 4, True),
     ]
     assert rig.table.state("r1") is None
@@ -670,6 +704,7 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
         ("set", "0:r1", 0),
         ("set", "0:r2", 0),
         ("set", "0:r3", 0),
+        ("set", "hwm:0:0", 0),
     ]
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
