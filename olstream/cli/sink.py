@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException
 
 from olstream.connectors.sink.settings import SINK_SETTINGS, build_settings
 from olstream.shared.config import add_flags, add_print_config
-from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
+from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.logs import redact, setup_logging
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ def main(args: argparse.Namespace) -> int:
     except KafkaAuthError as e:
         log.error("%s", e)
         return ExitCode.KAFKA_REFUSED
+    except ConfigError as e:  # a Kafka client property librdkafka refuses: nothing was done
+        log.error("%s", e)
+        return ExitCode.CONFIG
     except OlstreamError as e:
         log.error("%s", e)
         return ExitCode.FAILED

@@ -189,3 +189,41 @@ def test_the_image_serves_metrics_on_every_interface() -> None:
     """The metrics endpoint binds 127.0.0.1 by default; in a container that serves nothing outside."""
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert re.search(r"^ENV OLSTREAM_METRICS_HOST=0\.0\.0\.0$", text, re.M)
+
+
+@pytest.fixture(scope="module")
+def production() -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / "docker-compose.production.yml").read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_the_production_variant_reads_kafka_security_from_a_secret_and_replicates_3_times(
+    production: dict[str, Any],
+) -> None:
+    s = _services(production)
+    assert set(s) == set(OLSTREAM_SERVICES)
+    secrets = production["secrets"]
+    for name in OLSTREAM_SERVICES:
+        env = s[name]["environment"]
+        assert env["OLSTREAM_REPLICATION_FACTOR"] == "3" and env["OLSTREAM_MIN_INSYNC_REPLICAS"] == "2"
+        path = env["OLSTREAM_KAFKA_CONFIG"]
+        assert path.startswith("/run/secrets/") and path.rsplit("/", 1)[1] in s[name]["secrets"]
+        assert "kafka-ca.pem" in s[name]["secrets"]
+        assert len(env["OLSTREAM_BOOTSTRAP"].split(",")) == 3
+        # no secret in the file itself: passwords live in the mounted secrets and the env file
+        assert not any("PASSWORD" in key or "API_KEY" in key for key in env), name
+    assert set(secrets) >= {"kafka-client.properties", "kafka-ca.pem"}
+    text = (ROOT / "docker-compose.production.yml").read_text(encoding="utf-8")
+    assert "ssl.ca.location=/run/secrets/kafka-ca.pem" in text and "security.protocol=SASL_SSL" in text
+    assert (
+        s["worker"]["environment"]["OLSTREAM_INPUT_TOPIC"]
+        == s["source"]["environment"]["OLSTREAM_SOURCE_TOPIC"]
+    )
+    assert (
+        s["sink"]["environment"]["OLSTREAM_SINK_TOPIC"] == s["worker"]["environment"]["OLSTREAM_OUTPUT_TOPIC"]
+    )
+
+
+def test_the_production_variant_sets_only_variables_the_commands_read(production: dict[str, Any]) -> None:
+    test_olstream_environment_keys_are_read_by_the_commands(production)
