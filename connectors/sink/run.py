@@ -50,7 +50,7 @@ async def run_sink(settings: SinkSettings) -> int:
         check_connection(settings.connection, timeout=CONNECT_CHECK_SECONDS)
     except KafkaAuthError:
         raise
-    except InfrastructureError as e:  # not fatal: the consumer waits for the cluster, as before
+    except InfrastructureError as e:  # not fatal here; reading the topic's partitions fails next
         log.warning("%s; waiting for it", e)
     dlq = None
     if not settings.dry_run:

@@ -10,7 +10,9 @@
 - `tls/other-ca.pem`: a second CA that signed nothing the brokers use ("untrusted CA" checks).
 
 Later calls read them back. Only `openssl` is needed (no Python crypto package). No password
-is ever logged, printed, put on a command line or in an error message.
+is ever logged, printed or put in an error message, and openssl gets them through its environment.
+The SCRAM users' passwords do go on the command line of Kafka's storage tool, for the two seconds
+it formats a new data dir (`kafka_sasl`): other local users could read them from /proc then.
 """
 
 from __future__ import annotations

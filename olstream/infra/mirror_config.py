@@ -17,6 +17,7 @@ from olstream.infra.process import cache_home, state_home
 from olstream.shared.java_properties import parse_properties as parse_properties
 from olstream.shared.java_properties import read_properties as read_properties
 from olstream.shared.java_properties import render_properties as render_properties
+from olstream.shared.kafka_clients import is_secret_property
 
 DEFAULT_MIRROR_VERSION = "4.3.1"
 """connect-mirror 4.4.0 is not on Maven Central; 4.3.1 runs against the 4.4.0 brokers."""
@@ -28,7 +29,6 @@ POLICIES = {
     "identity": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
 }
 _ALIAS = re.compile(r"[A-Za-z0-9_-]+")
-_SECRET_WORDS = ("password", "secret", "jaas", "token", "credential")
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,8 @@ def regex_problem(pattern: str) -> str | None:
 
 
 def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
+    """One rule for every client property (`olstream.shared.kafka_clients.is_secret_property`)."""
+    return is_secret_property(key)
 
 
 def default_data_dir() -> Path:

@@ -26,7 +26,7 @@ RELIABLE_PRODUCER: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SECRET_WORDS = ("password", "secret", "jaas", "token")
+SECRET_WORDS = ("password", "secret", "jaas", "token", "credential", "key.pem", "oauthbearer.config")
 """A property whose name holds one of these is a secret: never logged, printed or put in an error."""
 
 # The librdkafka properties aiokafka (faust) understands too; the rest apply to librdkafka only.
@@ -55,7 +55,10 @@ class KafkaConnection:
     """The bootstrap servers and the librdkafka properties every client of this cluster needs."""
 
     bootstrap: str
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets: `describe`
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection({self.bootstrap!r}, {self.describe()!r})"
 
     @property
     def security_protocol(self) -> str:

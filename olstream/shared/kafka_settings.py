@@ -117,9 +117,18 @@ class Replication:
     min_insync: int | None = None
 
     def resolved(self, brokers: int) -> tuple[int, int]:
-        """(replication factor, min.insync.replicas) for a cluster of `brokers` brokers."""
+        """(replication factor, min.insync.replicas) for a cluster of `brokers` brokers.
+
+        A min.insync.replicas above the factor (given alone, on a small cluster) would fail every
+        acks=all send: a ConfigError before anything is created.
+        """
         factor = self.factor if self.factor is not None else max(1, min(3, brokers))
         min_insync = self.min_insync if self.min_insync is not None else max(1, factor - 1)
+        if min_insync > factor:
+            raise ConfigError(
+                f"min_insync_replicas {min_insync} is above the replication factor {factor} "
+                f"(cluster of {brokers} brokers): every acknowledged send would fail; lower it"
+            )
         return factor, min_insync
 
 

@@ -53,6 +53,15 @@ def exit_on_unexpected(what: str, error: Exception) -> NoReturn:
     they get here; anything else is a bug or a broken dependency, and the only safe answer is to
     leave before the record's offset (or its batch's) can be committed: it is processed again.
     """
+    if type(error).__name__ == "PartitionsMismatch":  # faust's, at a table write: the input grew
+        log.critical(
+            "%s: %s; the input topic gained partitions since this worker started: it leaves without "
+            "acking the batch (exit %d); restart it, and the start grows the state changelog to match",
+            what,
+            error,
+            int(ExitCode.INPUT_GREW),
+        )
+        os._exit(ExitCode.INPUT_GREW)
     log.critical(
         "%s: unexpected %s: %s; exiting without acking the batch (nothing past the last commit is "
         "committed; the records are processed again)",

@@ -1,10 +1,11 @@
 """The worker and its input topic's partition count: never a crash because the input grew.
 
 The run-state table's changelog has one partition per input partition, and a state is written to
-the changelog partition of the record being processed (faust's default without a partitioner). A
-log partition keeps its Kafka partition number when the input grows: MirrorMaker 2 copies a record
-to the same partition number, so the partitions an input gains hold records no state was written
-for yet. Hence:
+the changelog partition of the record being processed (faust's default without a partitioner). In
+a copy that MirrorMaker 2 grows, a log partition keeps its Kafka partition number (MirrorMaker 2
+copies a record to the same partition number), so the partitions the input gains hold records no
+state was written for yet. (An input the source writes is different: its records are keyed, and a
+grown topic moves log partitions; docs/limits.md.) Hence:
 
 - at start, a changelog with fewer partitions than the input is grown to match
   (`match_changelog`): the states already written stay on the partitions they belong to;

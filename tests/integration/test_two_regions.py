@@ -211,6 +211,7 @@ def test_mirror_maker_killed_and_restarted_copies_again_and_reopens_no_run(tmp_p
         total = sum(end_offsets(a.bootstrap, topic).values())
         wait_for("B's copy complete", lambda: sum(end_offsets(b.bootstrap, copy).values()) >= total, 120, [])
         wait_for("region b caught up", region_b.caught_up, 180, region_b.logs)
+        before = len(region_b.events())
         state = mirror.read_state(settings.data_dir)
         assert state is not None
         os.kill(state.pid, signal.SIGKILL)
@@ -229,5 +230,6 @@ def test_mirror_maker_killed_and_restarted_copies_again_and_reopens_no_run(tmp_p
         events_a, events_b = region_a.events(), region_b.events()
         copied = sum(end_offsets(b.bootstrap, copy).values())
     assert copied >= 2 * total, (copied, total)
+    assert len(events_b) == before, "the copied stretch made region B emit again"
     compare(events_a, events_b)
     print(f"B's copy: {copied} records for A's {total}; events: {len(events_a)} in A, {len(events_b)} in B")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
 from olstream.contract import codec
 from olstream.contract.records import RunEnded, RunStarted
 from olstream.eventlog.simulate import BASE_TIME, simulate
@@ -26,6 +28,7 @@ from olstream.eventlog.stores import open_store
 from olstream.infra import kafka_cluster
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_settings import read_properties
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stream_support import OLSTREAM, env, tail
 
@@ -193,6 +196,29 @@ class Pipeline:
     def logs(self, lines: int = 25) -> str:
         return "\n".join(f"--- {name}\n{tail(self.log(name), lines)}" for name in self.procs)
 
+    def positions(self) -> dict[str, tuple[int, int]]:
+        """(end offset, the reading group's committed offset) summed over each topic's partitions:
+        which stage a stalled pipeline stands still in."""
+        out = {}
+        for topic, group in ((self.input, f"{self.name}-worker"), (self.output, f"{self.name}-sink")):
+            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, **self.kafka_properties()})
+            try:
+                parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+                ends = sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+                done = c.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+                out[topic] = (ends, sum(max(0, tp.offset) for tp in done))
+            except KafkaException as e:  # a diagnosis must not hide the failure it explains
+                out[topic] = (-1, -1)
+                print(f"positions of {topic}: {e}")
+            finally:
+                c.close()
+        return out
+
+    def kafka_properties(self) -> dict[str, str]:
+        if "--kafka-config" not in self.extra:
+            return {}
+        return read_properties(self.extra[self.extra.index("--kafka-config") + 1])
+
     def delivered(self) -> list[bytes]:
         """The sink file's lines (events as delivered, byte for byte), in order."""
         if not self.events_file.exists():
@@ -219,8 +245,8 @@ def wait_until_delivered(
             return lines
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"{len(missing)} events not delivered after {timeout:.0f} s (e.g. {missing[:3]}):\n"
-                + pipeline.logs()
+                f"{len(missing)} events not delivered after {timeout:.0f} s (e.g. {missing[:3]});\n"
+                f"where each stage stands: {pipeline.positions()}\n" + pipeline.logs(60)
             )
         pipeline.check_running()
         time.sleep(1.0)
