@@ -28,6 +28,7 @@ from olstream.infra import kafka, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.infra.postgres import PostgresSettings
 from olstream.infra.process import free_port
+from olstream.shared import logs
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_admin import ensure_topic
 
@@ -55,6 +56,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _slug(request: pytest.FixtureRequest) -> str:
     """A short, Kafka-safe rendering of the test's name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:60]
+
+
+@pytest.fixture(autouse=True)
+def _secrets_of_this_test_only() -> Iterator[None]:
+    """The values a test registers with the log redactor are forgotten after it: a password such as
+    `olstream` (the test PostgreSQL's) must not redact another test's paths and names."""
+    before = set(logs._SECRETS)
+    yield
+    logs._SECRETS.clear()
+    logs._SECRETS.update(before)
 
 
 def _stop_services_on_sigterm() -> None:
