@@ -26,7 +26,7 @@ from olstream.infra.mirror_config import MirrorSettings, remote_topic
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.openlineage_schema import validator
-from tests.support.pipeline_support import GrowingLog, LocalCluster, local_cluster
+from tests.support.pipeline_support import STALLED, GrowingLog, LocalCluster, local_cluster
 from tests.support.receiver import Request
 from tests.support.stream_support import OLSTREAM, Out, consume_all, env, start_worker, stop, tail, worker_cmd
 
@@ -191,6 +191,7 @@ def test_two_regions_emit_the_same_events_with_another_partition_count_in_b(tmp_
     print(f"{len(events_a)} events in A (1 worker), {len(events_b)} in B (3 workers, a 9-partition copy)")
 
 
+@pytest.mark.quarantined(STALLED)
 def test_mirror_maker_killed_and_restarted_copies_again_and_reopens_no_run(tmp_path: Path) -> None:
     topic = f"r{uuid.uuid4().hex[:6]}.eventlog"
     copy = remote_topic("default", "A", topic)
