@@ -40,6 +40,7 @@ class InputLedger:
     acked: set[int] = field(default_factory=set)
     absent_until: dict[int, int] = field(default_factory=dict)  # start -> end (exclusive), no records
     reread_since: float | None = None  # monotonic time a read from `next_offset` was requested
+    seen_at: float = 0.0  # monotonic time a record of the partition last reached the agent (or it started)
 
     def __post_init__(self) -> None:
         if self.next_offset < self.base:

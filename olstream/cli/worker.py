@@ -54,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         log.error("Kafka at %s: %s", settings.bootstrap, e)
         return ExitCode.CONFIG
     sa = build_app(settings, partitions)
-    attach(sa)
+    stream_worker = attach(sa)
     if settings.metrics_port:
         serve_metrics(settings.metrics_port, settings.metrics_host)
     log.info(
@@ -65,7 +65,8 @@ def main(args: argparse.Namespace) -> int:
         settings.output_topic,
         settings.data_dir,
     )
-    worker = worker_process(sa)  # faust's worker, SIGTERM/SIGINT bounded by --stop-timeout
+    # faust's worker, SIGTERM/SIGINT bounded by --stop-timeout; SIGUSR1 logs where it reads
+    worker = worker_process(sa, stream_worker.describe_input)
     try:
         worker.execute_from_commandline()
     except SystemExit as e:

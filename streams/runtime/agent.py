@@ -316,6 +316,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def reread_timer() -> None:
         await worker.retry_rereads()
+        await worker.catch_up_tails()
 
     app.timer(1.0)(reread_timer)
 

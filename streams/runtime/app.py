@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
@@ -196,6 +197,14 @@ class StreamWorkerProcess(faust.Worker):
         install_stop_deadline(self.stop_timeout, "worker")
         log.info("a stop signal leaves after %.1f s at most (--stop-timeout)", self.stop_timeout)
 
+    #: what SIGUSR1 logs before faust prints its threads and tasks (the worker's input positions)
+    describe_input: Callable[[], str] | None = None
+
+    def _on_sigusr1(self) -> None:
+        if self.describe_input is not None:
+            log.warning("SIGUSR1: where the worker reads its input:\n%s", self.describe_input())
+        super()._on_sigusr1()  # mode's worker: every thread's stack and every asyncio task, to stderr
+
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()
         if any(installed_deadline(sig) is None for sig in STOP_SIGNALS):
@@ -203,12 +212,13 @@ class StreamWorkerProcess(faust.Worker):
             self.chain_stop_deadline()
 
 
-def worker_process(sa: StreamApp) -> StreamWorkerProcess:
+def worker_process(sa: StreamApp, describe_input: Callable[[], str] | None = None) -> StreamWorkerProcess:
     """The faust worker that runs the app (logging stays olstream's own)."""
     worker = StreamWorkerProcess(
         sa.app, loglevel=logging.getLogger().level, override_logging=False, quiet=True
     )
     worker.stop_timeout = sa.settings.stop_timeout
+    worker.describe_input = describe_input
     return worker
 
 

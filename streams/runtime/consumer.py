@@ -23,6 +23,7 @@ The private names of faust this needs are reached through
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
@@ -105,7 +106,7 @@ class WorkerConsumer(faust_private.AiokafkaConsumer):
                 offset = earliest.get(TP(tp.topic, tp.partition)) or 0
                 # on the consumer's thread
                 await faust_private.seek_wait(self, {TP(tp.topic, tp.partition): offset})
-            self.ledgers[tp.partition] = InputLedger(offset)
+            self.ledgers[tp.partition] = InputLedger(offset, seen_at=time.monotonic())
         return committed
 
     async def read_input_again(self, partition: int, offset: int) -> None:

@@ -80,7 +80,8 @@ USED: tuple[PrivateName, ...] = (
     # never keeps any for the input topic (the ledger does that job) (replace_read_offsets)
     PrivateName(_CONSUMER, "Consumer._read_offset", instance=True),
     # the records taken and not yet acked, which a rebalance waits for (stream_wait_empty): an input
-    # record the agent acked, or one faust's stream dropped, leaves it (forget_unacked)
+    # record the agent acked, or one faust's stream dropped, leaves it (forget_unacked); an input
+    # partition with none of its records in it has nothing on the way to the agent (unacked_partitions)
     PrivateName(_CONSUMER, "Consumer._unacked_messages", instance=True),
     # acks counted towards broker_commit_every: the agent's acks on the input count as faust's do (count_ack)
     PrivateName(_CONSUMER, "Consumer._n_acked", instance=True),
@@ -164,6 +165,12 @@ def replace_read_offsets(consumer: ConsumerT, read_offsets: MutableMapping[TP, i
 def forget_unacked(consumer: ConsumerT, message: Any) -> None:
     """The message is no longer one a rebalance waits for."""
     cast("_FaustConsumer", consumer)._unacked_messages.discard(message)
+
+
+def unacked_partitions(consumer: ConsumerT, topic: str) -> set[int]:
+    """The partitions of `topic` with records taken from the consumer and not yet acked."""
+    messages = list(cast("_FaustConsumer", consumer)._unacked_messages)  # a WeakSet: copied first
+    return {message.tp.partition for message in messages if message.tp.topic == topic}
 
 
 def count_ack(consumer: ConsumerT) -> None:

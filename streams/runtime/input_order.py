@@ -21,12 +21,16 @@ from confluent_kafka import KafkaException
 from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_ledger import Admission, InputLedger
 from olstream.streams.runtime import app as m
+from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.consumer import WorkerConsumer
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
 REREAD_SECONDS = 10.0  # a partition read again from a hole is sought again if nothing came by then
+# a partition behind its end offset, none of its records on the way, and none reaching the agent for
+# this long: records were fetched and dropped at its tail, and it is read again
+TAIL_QUIET_SECONDS = 5.0
 
 
 class InputOrder:
@@ -61,6 +65,8 @@ class InputOrder:
         """
         msg = event.message
         ledger = self.consumer.ledgers.get(msg.partition)
+        if ledger is not None:
+            ledger.seen_at = time.monotonic()
         verdict = Admission.SKIP if ledger is None else ledger.admit(msg.offset)
         if verdict is Admission.HOLE and ledger is not None:
             verdict = await self.look_into_hole(ledger, msg)
@@ -84,17 +90,18 @@ class InputOrder:
             return ledger.admit(msg.offset)
         if first is not None:
             ledger.pass_absent(first)
-        await self.reread(ledger, partition)
+        await self.reread(ledger, partition, f"offset {msg.offset} arrived first")
         return Admission.SKIP
 
-    async def reread(self, ledger: InputLedger, partition: int) -> None:
+    async def reread(self, ledger: InputLedger, partition: int, found_by: str) -> None:
         offset = ledger.request_reread(time.monotonic())
         m.INPUT_REREAD.inc()
         log.warning(
-            "input partition %d: records from offset %d were fetched but never reached the agent; "
+            "input partition %d: records from offset %d were fetched but never reached the agent (%s); "
             "reading the partition again from there",
             partition,
             offset,
+            found_by,
         )
         await self.seek_input(partition, offset)
 
@@ -132,6 +139,71 @@ class InputOrder:
             if ledger.reread_since is not None and now - ledger.reread_since >= REREAD_SECONDS:
                 ledger.reread_since = None
                 await self.seek_input(partition, ledger.next_offset)
+
+    async def catch_up_tails(self) -> None:
+        """Read again a partition whose last records were fetched but never reached the agent.
+
+        `admit` finds dropped records when a later record of their partition arrives. faust's
+        stream drops the records fetched before a rebalance, and when those are a partition's
+        last ones nothing arrives after them: the partition stood still, nothing committed, until
+        new records were appended (a broker killed under load left runs undelivered for minutes).
+        A partition is read again from its read position when it is behind its end offset, none
+        of its records are taken and unacked, and none reached the agent for TAIL_QUIET_SECONDS;
+        a tail of transaction markers only is passed instead.
+        """
+        if self.sa.app.rebalancing:
+            return  # faust seeks every partition to its commit when the rebalance ends
+        now = time.monotonic()
+        on_the_way = faust_private.unacked_partitions(self.consumer, self.settings.input_topic)
+        quiet = {
+            partition: ledger
+            for partition, ledger in self.consumer.ledgers.items()
+            if ledger.reread_since is None
+            and partition not in on_the_way
+            and now - ledger.seen_at >= TAIL_QUIET_SECONDS
+        }
+        if not quiet:
+            return
+        try:
+            bounds = await self.input_offsets.bounds(sorted(quiet))
+        except KafkaException as e:
+            log.warning("could not read the end offsets of input partitions %s: %s", sorted(quiet), e)
+            return
+        for partition, ledger in quiet.items():
+            high = bounds[partition][1]
+            expected = ledger.next_offset
+            ledger.seen_at = now  # checked: asked again after another quiet stretch
+            if expected >= high or self.consumer.ledgers.get(partition) is not ledger:
+                continue
+            try:
+                first = await self.input_offsets.first_offset_from(partition, expected)
+            except KafkaException as e:
+                log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
+                continue
+            if first is None or self.consumer.ledgers.get(partition) is not ledger:
+                continue
+            if ledger.next_offset != expected or ledger.reread_since is not None:
+                continue  # records arrived meanwhile
+            if first >= high:
+                ledger.pass_absent(high)  # transaction markers only
+                continue
+            ledger.pass_absent(first)
+            await self.reread(ledger, partition, f"none for {TAIL_QUIET_SECONDS:.0f} s, end offset {high}")
+
+    def describe_input(self) -> str:
+        """A line per assigned input partition: read position, commit base, the last record's age,
+        records on the way to the agent, a read again under way (logged on SIGUSR1)."""
+        now = time.monotonic()
+        on_the_way = faust_private.unacked_partitions(self.consumer, self.settings.input_topic)
+        lines = []
+        for partition, ledger in sorted(self.consumer.ledgers.items()):
+            again = "no" if ledger.reread_since is None else f"since {now - ledger.reread_since:.1f} s"
+            lines.append(
+                f"input partition {partition}: read position {ledger.next_offset}, commit base "
+                f"{ledger.base}, last record {now - ledger.seen_at:.1f} s ago, records on the way: "
+                f"{'yes' if partition in on_the_way else 'no'}, read again: {again}"
+            )
+        return "\n".join(lines) or "no input partition assigned"
 
     # ------------------------------------------------------------------ --until-idle
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import socket
 import subprocess
 import time
@@ -198,6 +199,15 @@ class Pipeline:
                 proc.kill()
                 proc.wait()
 
+    def dump_tasks(self) -> None:
+        """Each running worker prints its threads' stacks and asyncio tasks to its log (faust's
+        worker does so on SIGUSR1): where a stalled worker waits."""
+        workers = [p for name, p in self.procs.items() if name.startswith("worker") and p.poll() is None]
+        for proc in workers:
+            proc.send_signal(signal.SIGUSR1)
+        if workers:
+            time.sleep(3.0)
+
     def logs(self, lines: int = 25) -> str:
         return "\n".join(f"--- {name}\n{tail(self.log(name), lines)}" for name in self.procs)
 
@@ -249,6 +259,7 @@ def wait_until_delivered(
         if not missing:
             return lines
         if time.monotonic() > deadline:
+            pipeline.dump_tasks()
             raise AssertionError(
                 f"{len(missing)} events not delivered after {timeout:.0f} s (e.g. {missing[:3]});\n"
                 f"where each stage stands: {pipeline.positions()}\n" + pipeline.logs(60)
