@@ -87,9 +87,6 @@ USED: tuple[PrivateName, ...] = (
     PrivateName(_CONSUMER, "Consumer._n_acked", instance=True),
     # the future wait_empty arms for the next ack: an agent's ack wakes it as faust's ack does (count_ack)
     PrivateName(_CONSUMER, "Consumer._waiting_for_ack", instance=True),
-    # the offsets faust last committed: --until-idle stops only once the commit of every input
-    # partition has reached its end offset (committed_offset)
-    PrivateName(_CONSUMER, "Consumer._committed_offset", instance=True),
     # seek on faust's consumer thread (where aiokafka's consumer lives) and wait until aiokafka's
     # position is there: an input partition is read again from a hole, and one the group never
     # committed is sought to its earliest offset (aiokafka leaves it where its fetcher stopped) (seek_wait)
@@ -178,11 +175,6 @@ def count_ack(consumer: ConsumerT) -> None:
     faust_consumer = cast("_FaustConsumer", consumer)
     faust_consumer._n_acked += 1
     notify(faust_consumer._waiting_for_ack)
-
-
-def committed_offset(consumer: ConsumerT, tp: TP) -> int | None:
-    """The offset faust last committed for `tp` (None: none yet)."""
-    return cast("_FaustConsumer", consumer)._committed_offset.get(tp)
 
 
 async def seek_wait(consumer: ConsumerT, offsets: Mapping[TP, int]) -> None:

@@ -105,11 +105,11 @@ def test_the_check_names_each_missing_name() -> None:
 
 def test_a_faust_without_one_of_the_names_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(faust.transport.consumer.Consumer, "_new_offset")
-    monkeypatch.delitem(faust.transport.consumer.Consumer.__annotations__, "_committed_offset")
+    monkeypatch.delitem(faust.transport.consumer.Consumer.__annotations__, "_unacked_messages")
     monkeypatch.delattr(faust.streams, "_current_event")
     assert missing_private_names() == [
         "faust.streams._current_event",
-        "faust.transport.consumer.Consumer._committed_offset",
+        "faust.transport.consumer.Consumer._unacked_messages",
         "faust.transport.consumer.Consumer._new_offset",
     ]
     with pytest.raises(ConfigError, match=r"faust\.transport\.consumer\.Consumer\._new_offset"):
