@@ -7,12 +7,11 @@ every node goes through (write its config, format its storage, launch it, wait u
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ _admin_log.setLevel(logging.CRITICAL)
 STATE_FILE = "broker.json"
 LOG_TAIL_LINES = 40
 # Brokers started by this process, kept so they are reaped (and not warned about) when stopped.
-_children: dict[int, subprocess.Popen[bytes]] = {}
+_children = process.ChildProcesses()
 
 
 @dataclass(frozen=True)
@@ -81,24 +80,10 @@ def read_state(data_dir: Path) -> BrokerState | None:
     return process.read_state_file(data_dir / STATE_FILE, BrokerState, "broker")
 
 
-def _write_state(data_dir: Path, state: BrokerState) -> None:
-    tmp = data_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
-    tmp.replace(data_dir / STATE_FILE)
-
-
 def is_our_broker(state: BrokerState) -> bool:
     """The recorded pid is alive and is the broker of this data dir (not a recycled pid)."""
-    child = _children.get(state.pid)
-    if child is not None and child.poll() is not None:
-        return False
-    if not process.pid_alive(state.pid):
-        return False
-    cmdline = process.pid_cmdline(state.pid)
-    if not cmdline:
-        return True
     config = str(Path(state.data_dir) / "config" / "server.properties")
-    return "kafka.Kafka" in cmdline and config in cmdline
+    return _children.is_running(state.pid, "kafka.Kafka", config)
 
 
 def broker_status(data_dir: Path) -> BrokerStatus:
@@ -234,16 +219,7 @@ def wait_ready(
 def launch(settings: KafkaSettings, java: str, classpath: str) -> BrokerState:
     """Start the node's `kafka.Kafka` in its own session and record it in its broker.json."""
     cmd = java_command(java, settings, classpath, "kafka.Kafka", str(settings.server_properties))
-    with (settings.log_dir / "broker.out").open("ab") as out:
-        child = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=settings.data_dir,
-            start_new_session=True,
-        )
-    _children[child.pid] = child
+    child = _children.start(cmd, settings.log_dir / "broker.out", settings.data_dir)
     state = BrokerState(
         pid=child.pid,
         version=settings.version,
@@ -254,7 +230,7 @@ def launch(settings: KafkaSettings, java: str, classpath: str) -> BrokerState:
         started_at=time.time(),
         node_id=settings.node_id,
     )
-    _write_state(settings.data_dir, state)
+    process.write_state_file(settings.data_dir / STATE_FILE, state)
     return state
 
 
@@ -262,7 +238,7 @@ def abort(states: Sequence[BrokerState]) -> None:
     """Stop nodes this process just launched (a start that failed) and forget their state files."""
     for state in states:
         process.stop_pid(state.pid, timeout=10)
-        _reap(state.pid)
+        _children.reap(state.pid)
         (Path(state.data_dir) / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -299,12 +275,6 @@ def start_broker(settings: KafkaSettings) -> tuple[BrokerState, bool]:
         return state, True
 
 
-def _reap(pid: int) -> None:
-    child = _children.pop(pid, None)
-    if child is not None:
-        child.poll()
-
-
 def stop_broker(data_dir: Path, timeout: float = 30.0) -> BrokerState | None:
     """Stop exactly the broker recorded in `data_dir` (SIGTERM, SIGKILL after `timeout`)."""
     with process.file_lock(data_dir / ".lock"):
@@ -317,12 +287,6 @@ def stop_broker(data_dir: Path, timeout: float = 30.0) -> BrokerState | None:
                 log.warning("broker pid %d ignored SIGTERM for %.0f s and was killed", state.pid, timeout)
         else:
             state = None
-        _reap_finished()
+        _children.reap_finished()
         (data_dir / STATE_FILE).unlink(missing_ok=True)
         return state
-
-
-def _reap_finished() -> None:
-    for pid in list(_children):
-        if _children[pid].poll() is not None or not process.pid_alive(pid):
-            _reap(pid)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from olstream.infra.kafka_sasl import BrokerSecurity, security_properties
 from olstream.infra.process import cache_home, state_home
+from olstream.shared import java_properties
 
 DEFAULT_KAFKA_VERSION = "4.4.0"
 DEFAULT_PORT = 9092
@@ -26,6 +28,8 @@ MAX_BROKERS = 9
 PLAINTEXT = "plaintext"
 SASL_SSL = "sasl_ssl"
 SECURITY_MODES = (PLAINTEXT, SASL_SSL)
+HEADER = "Written by `olstream kafka up`; rewritten on every start."
+"""The comment atop server.properties."""
 
 
 @dataclass(frozen=True)
@@ -235,11 +239,10 @@ def server_properties(settings: KafkaSettings, security: BrokerSecurity | None =
     return props
 
 
-def render_properties(props: dict[str, str], header: bool = True) -> str:
-    """Java .properties text (values here never need escaping beyond backslashes)."""
-    lines = ["# Written by `olstream kafka up`; rewritten on every start."] if header else []
-    lines += [f"{key}={value.replace(chr(92), chr(92) * 2)}" for key, value in props.items()]
-    return "\n".join(lines) + "\n"
+def render_properties(props: Mapping[str, str], header: bool = True) -> str:
+    """Java .properties text of a broker's or client's config, with the "written by" comment
+    (`header`) above it; escaped as `java.util.Properties` reads it (ASCII only)."""
+    return java_properties.render_properties(props, (HEADER,) if header else ())
 
 
 def logging_config(settings: KafkaSettings) -> str:

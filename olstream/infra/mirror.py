@@ -10,12 +10,11 @@ are replicated again (duplicates, never gaps).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from olstream.infra import process
@@ -43,7 +42,7 @@ LOG_TAIL_LINES = 40
 _REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "mirror" / "pom.xml"
 _PACKAGED_POM = Path(__file__).resolve().with_name("mirror_pom.xml")
 # MirrorMakers started by this process, kept so they are reaped when they exit or are stopped.
-_children: dict[int, subprocess.Popen[bytes]] = {}
+_children = process.ChildProcesses()
 
 
 @dataclass(frozen=True)
@@ -98,24 +97,10 @@ def read_state(data_dir: Path) -> MirrorState | None:
     return process.read_state_file(data_dir / STATE_FILE, MirrorState, "MirrorMaker")
 
 
-def _write_state(data_dir: Path, state: MirrorState) -> None:
-    tmp = data_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
-    tmp.replace(data_dir / STATE_FILE)
-
-
 def _is_ours(state: MirrorState) -> bool:
     """The recorded pid is alive and is the MirrorMaker of this data dir (not a recycled pid)."""
-    child = _children.get(state.pid)
-    if child is not None and child.poll() is not None:
-        return False
-    if not process.pid_alive(state.pid):
-        return False
-    cmdline = process.pid_cmdline(state.pid)
-    if not cmdline:
-        return True
     config = str(Path(state.data_dir) / "config" / "mm2.properties")
-    return MAIN_CLASS in cmdline and config in cmdline
+    return _children.is_running(state.pid, MAIN_CLASS, config)
 
 
 def mirror_status(data_dir: Path) -> MirrorStatus:
@@ -217,16 +202,7 @@ def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
         classpath = str(resolve_jars(settings.version) / "*")
         watch = _LogWatch(settings.log_file)
         cmd = java_command(java, settings, classpath)
-        with (settings.log_dir / "mirror.out").open("ab") as out:
-            child = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=settings.data_dir,
-                start_new_session=True,
-            )
-        _children[child.pid] = child
+        child = _children.start(cmd, settings.log_dir / "mirror.out", settings.data_dir)
         state = MirrorState(
             pid=child.pid,
             version=settings.version,
@@ -239,16 +215,16 @@ def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
             data_dir=str(settings.data_dir),
             started_at=time.time(),
         )
-        _write_state(settings.data_dir, state)
+        process.write_state_file(settings.data_dir / STATE_FILE, state)
         try:
             _wait_ready(settings, child, watch)
         except InfrastructureError:
             process.stop_pid(child.pid, timeout=10)
-            _reap(child.pid)
+            _children.reap(child.pid)
             (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
             raise
         state = replace(state, ready_at=time.time())
-        _write_state(settings.data_dir, state)
+        process.write_state_file(settings.data_dir / STATE_FILE, state)
         log.info(
             "MirrorMaker 2 replicates %s -> %s (topics %s) after %.1f s",
             state.source_alias,
@@ -264,12 +240,6 @@ def start_mirror(settings: MirrorSettings) -> MirrorState:
     return ensure_mirror(settings)[0]
 
 
-def _reap(pid: int) -> None:
-    child = _children.pop(pid, None)
-    if child is not None:
-        child.poll()
-
-
 def stop_mirror(data_dir: Path, timeout: float = 30.0) -> MirrorState | None:
     """Stop exactly the MirrorMaker recorded in `data_dir` (SIGTERM, SIGKILL after `timeout`)."""
     with process.file_lock(data_dir / ".lock"):
@@ -283,8 +253,6 @@ def stop_mirror(data_dir: Path, timeout: float = 30.0) -> MirrorState | None:
                 )
         else:
             state = None
-        for pid in list(_children):
-            if _children[pid].poll() is not None or not process.pid_alive(pid):
-                _reap(pid)
+        _children.reap_finished()
         (data_dir / STATE_FILE).unlink(missing_ok=True)
         return state

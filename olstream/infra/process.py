@@ -1,4 +1,5 @@
-"""Helpers shared by the local services: pid checks, stopping by pid, ports, log tails, XDG folders."""
+"""Helpers shared by the local services: state files, the child processes they start, pid checks,
+stopping by pid, ports, log tails, XDG folders."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from olstream.shared.errors import InfrastructureError
 
@@ -27,6 +30,13 @@ def read_state_file(path: Path, factory: Callable[..., T], what: str) -> T | Non
         return None
     except (ValueError, TypeError) as e:
         raise InfrastructureError(f"unreadable {what} state file {path}: {e}") from e
+
+
+def write_state_file(path: Path, state: Any) -> None:
+    """Record a service's state (a dataclass) as the JSON `read_state_file` reads, atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
+    tmp.replace(path)
 
 
 def state_home() -> Path:
@@ -85,6 +95,60 @@ def stop_pid(pid: int, timeout: float = 30.0, first_signal: signal.Signals = sig
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return True
+
+
+class ChildProcesses:
+    """The service processes this process started, kept so they are reaped (no zombies, no
+    warnings about a still-running `Popen`) when they exit or are stopped."""
+
+    def __init__(self) -> None:
+        self._by_pid: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, cmd: Sequence[str], output: Path, cwd: Path) -> subprocess.Popen[bytes]:
+        """Launch `cmd` in its own session (a Ctrl-C of ours does not reach it) with stdout and
+        stderr appended to `output`, and keep it."""
+        with output.open("ab") as out:
+            child = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        self.add(child)
+        return child
+
+    def add(self, child: subprocess.Popen[bytes]) -> None:
+        self._by_pid[child.pid] = child
+
+    def get(self, pid: int) -> subprocess.Popen[bytes] | None:
+        return self._by_pid.get(pid)
+
+    def is_running(self, pid: int, *command_args: str) -> bool:
+        """The pid is alive (not a child of ours that exited) and, when its command line can be
+        read, it holds every one of `command_args` (so a recycled pid is not taken for ours)."""
+        child = self._by_pid.get(pid)
+        if child is not None and child.poll() is not None:
+            return False
+        if not pid_alive(pid):
+            return False
+        cmdline = pid_cmdline(pid)
+        if not cmdline:
+            return True
+        return all(arg in cmdline for arg in command_args)
+
+    def reap(self, pid: int) -> None:
+        """Forget the child of `pid` (collecting its exit status when it has exited)."""
+        child = self._by_pid.pop(pid, None)
+        if child is not None:
+            child.poll()
+
+    def reap_finished(self) -> None:
+        """Reap every kept child that has exited."""
+        for pid in list(self._by_pid):
+            if self._by_pid[pid].poll() is not None or not pid_alive(pid):
+                self.reap(pid)
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

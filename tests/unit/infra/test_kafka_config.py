@@ -24,6 +24,7 @@ from olstream.infra.kafka_config import (
 )
 from olstream.infra.settings import KAFKA_UP, data_dir_of
 from olstream.shared.config import resolve
+from olstream.shared.java_properties import parse_properties
 
 
 def settings(version: str = "4.4.0") -> KafkaSettings:
@@ -88,6 +89,20 @@ def test_properties_rendering_escapes_backslashes() -> None:
     text = render_properties({"a": "b", "log.dirs": "C:\\x"})
     assert "a=b\n" in text
     assert "log.dirs=C:\\\\x\n" in text
+
+
+def test_server_properties_are_written_as_java_reads_them() -> None:
+    """A data dir with a blank, a non-ASCII letter or a `#` in its path reads back as it is, from
+    an ASCII-only file (Kafka reads server.properties as ISO 8859-1)."""
+    node = KafkaSettings(
+        version="4.4.0", port=19092, controller_port=19093, data_dir=Path("/data/my kafka/é#1")
+    )
+    props = server_properties(node)
+    text = render_properties(props)
+    assert text.isascii()
+    assert text.splitlines()[0] == "# Written by `olstream kafka up`; rewritten on every start."
+    assert parse_properties(text) == props
+    assert not render_properties({"a": "1"}, header=False).startswith("#")
 
 
 def test_directories_follow_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
