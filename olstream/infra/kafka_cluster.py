@@ -15,11 +15,10 @@ every node it started answers an AdminClient that sees all the cluster's brokers
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from olstream.infra import kafka, process
@@ -117,12 +116,6 @@ class ClusterStatus:
 
 def read_record(data_dir: Path) -> ClusterRecord | None:
     return process.read_state_file(data_dir / CLUSTER_FILE, ClusterRecord, "cluster")
-
-
-def _write_record(data_dir: Path, record: ClusterRecord) -> None:
-    tmp = data_dir / (CLUSTER_FILE + ".tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=2) + "\n")
-    tmp.replace(data_dir / CLUSTER_FILE)
 
 
 def _configured_security(data_dir: Path) -> str:
@@ -240,8 +233,8 @@ def _start_missing(
     java, classpath = java_and_classpath(settings.version)
     security = kafka.node_security(settings, any(kafka.is_formatted(node) for node in nodes))
     cluster_id = record.cluster_id if record is not None else random_cluster_id()
-    _write_record(
-        settings.data_dir,
+    process.write_state_file(
+        settings.data_dir / CLUSTER_FILE,
         ClusterRecord(
             version=settings.version,
             host=settings.host,
