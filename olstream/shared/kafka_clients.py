@@ -120,9 +120,12 @@ def ssl_context(properties: Mapping[str, str]) -> ssl.SSLContext:
     """A Python TLS context from librdkafka's ssl.* properties (the CA, client certificate and key).
 
     Hostname verification is on unless `ssl.endpoint.identification.algorithm` is `none`, as in
-    librdkafka (whose default is `https` since 2.0).
+    librdkafka (whose default is `https` since 2.0). librdkafka's `ssl.ca.location=probe` (the
+    system's CA certificates) is Python's default trust store.
     """
     ca = properties.get("ssl.ca.location")
+    if ca == "probe":
+        ca = None
     try:
         if ca and Path(ca).is_dir():
             context = ssl.create_default_context(capath=ca)

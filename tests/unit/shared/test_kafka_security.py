@@ -160,6 +160,13 @@ def test_faust_refuses_a_ca_file_that_is_not_pem(tmp_path: Path) -> None:
         faust_credentials(KafkaConnection("h:1", {"security.protocol": "SSL", "ssl.ca.location": str(bad)}))
 
 
+def test_librdkafka_probe_of_the_system_cas_is_the_default_trust_store_for_faust() -> None:
+    probe = KafkaConnection("h:1", {"security.protocol": "SSL", "ssl.ca.location": "probe"})
+    context = faust_credentials(probe).context
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats() == ssl.create_default_context().cert_store_stats()
+
+
 @pytest.mark.parametrize(
     ("brokers", "given", "expected"),
     [(1, Replication(), (1, 1)), (2, Replication(), (2, 1)), (3, Replication(), (3, 2)),
