@@ -16,7 +16,6 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from tests.support.pipeline_support import (
-    STALLED,
     GrowingLog,
     Pipeline,
     assert_complete_identical_and_ordered,
@@ -52,7 +51,6 @@ def _wait_for_topics(admin: AdminClient, names: list[str], timeout: float = 90) 
     raise AssertionError(f"topics {names} not created within {timeout} s")
 
 
-@pytest.mark.quarantined(STALLED)
 def test_kill_9_of_the_leading_broker_under_load_loses_nothing(tmp_path: Path) -> None:
     with local_cluster(tmp_path / "kafka", brokers=3) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -34,11 +34,6 @@ from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stream_support import OLSTREAM, env, tail
 
 LOG_PARTITIONS = 8
-STALLED = (
-    "the pipeline stalled (workers silent, nothing committed) after a consumer-group change under load "
-    "in 2 of 14 runs of the broker kill and the MirrorMaker 2 kill; cause not found yet (#15, #16 open)"
-)
-"""Why the tests that found that defect are quarantined (tests/conftest.py: OLSTREAM_RUN_QUARANTINED=1)."""
 
 
 def _ports_free(ports: Sequence[int]) -> bool:
