@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 EX_SEND_FAILED = ExitCode.SEND_FAILED  # leave at once: nothing of the batch is committed
 EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before anything past it is committed
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
+SLOW_FLUSH_SECONDS = 1.0  # a batch's sends waited this long: records queued meanwhile were held back
 
 
 def exit_on_unexpected(what: str, error: Exception) -> NoReturn:
@@ -115,6 +116,7 @@ class StreamWorker(InputOrder, ErrorRecords, TableState):
         self.stream: Any = None
         self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
         self.flush_seconds = 0.0  # time spent waiting for acks and writing state
+        self.slow_flush_ended_at = 0.0  # monotonic time a batch whose sends waited SLOW_FLUSH_SECONDS ended
 
     # ------------------------------------------------------------------ processing
 
@@ -150,11 +152,14 @@ class StreamWorker(InputOrder, ErrorRecords, TableState):
             # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
             # implies its START and terminal event were acknowledged, so a replayed RunStarted of
             # an ended run may skip its START and a run's last event is always its terminal one
+            waiting = time.monotonic()
             try:
                 await self.sender.flush()
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
+            if time.monotonic() - waiting >= SLOW_FLUSH_SECONDS:
+                self.slow_flush_ended_at = time.monotonic()  # the queue was held back (catch_up_tails)
             token = faust_private.set_current_event(None)
             try:
                 self.write_overlay()
@@ -316,9 +321,13 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     async def reread_timer() -> None:
         await worker.retry_rereads()
-        await worker.catch_up_tails()
 
     app.timer(1.0)(reread_timer)
+
+    async def tail_timer() -> None:  # its own timer: the broker's answers may take seconds
+        await worker.catch_up_tails()
+
+    app.timer(1.0)(tail_timer)
 
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 

@@ -201,8 +201,11 @@ class StreamWorkerProcess(faust.Worker):
     describe_input: Callable[[], str] | None = None
 
     def _on_sigusr1(self) -> None:
-        if self.describe_input is not None:
-            log.warning("SIGUSR1: where the worker reads its input:\n%s", self.describe_input())
+        try:
+            if self.describe_input is not None:
+                log.warning("SIGUSR1: where the worker reads its input:\n%s", self.describe_input())
+        except Exception as e:  # a diagnosis must not hide the task dump that follows
+            log.warning("SIGUSR1: could not describe the worker's input: %s", e)
         super()._on_sigusr1()  # mode's worker: every thread's stack and every asyncio task, to stderr
 
     async def on_startup_finished(self) -> None:
@@ -288,7 +291,8 @@ class InputOffsets:
         )
 
     async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        """Low and high watermark of each partition."""
+        """Low and high watermark of each partition, as a read_committed reader sees them (the high one
+        is the last stable offset: an open transaction's records lie above it)."""
         return await asyncio.get_running_loop().run_in_executor(None, self._watermarks, partitions)
 
     async def committed(self, partitions: list[int]) -> dict[int, int]:

@@ -9,6 +9,7 @@ partition again when records were fetched but never delivered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -42,6 +43,8 @@ class InputOrder:
     stream: Any
     batch: list[Any]
     stopping: bool
+    lock: asyncio.Lock
+    slow_flush_ended_at: float
     busy_seconds: float
     flush_seconds: float
 
@@ -66,7 +69,7 @@ class InputOrder:
         msg = event.message
         ledger = self.consumer.ledgers.get(msg.partition)
         if ledger is not None:
-            ledger.seen_at = time.monotonic()
+            ledger.seen_at = max(ledger.seen_at, time.monotonic())
         verdict = Admission.SKIP if ledger is None else ledger.admit(msg.offset)
         if verdict is Admission.HOLE and ledger is not None:
             verdict = await self.look_into_hole(ledger, msg)
@@ -148,20 +151,22 @@ class InputOrder:
         last ones nothing arrives after them: the partition stood still, nothing committed, until
         new records were appended (a broker killed under load left runs undelivered for minutes).
         A partition is read again from its read position when it is behind its end offset, none
-        of its records are taken and unacked, and none reached the agent for TAIL_QUIET_SECONDS;
-        a tail of transaction markers only is passed instead.
+        of its records are taken and unacked, and none reached the agent for TAIL_QUIET_SECONDS,
+        while the agent waits for input; a tail of transaction markers only is passed instead.
         """
-        if self.sa.app.rebalancing:
-            return  # faust seeks every partition to its commit when the rebalance ends
         now = time.monotonic()
+        if not self.agent_waits_for_input(now):
+            return
         on_the_way = faust_private.unacked_partitions(self.consumer, self.settings.input_topic)
         quiet = {
-            partition: ledger
+            partition: (ledger, ledger.next_offset)
             for partition, ledger in self.consumer.ledgers.items()
             if ledger.reread_since is None
             and partition not in on_the_way
             and now - ledger.seen_at >= TAIL_QUIET_SECONDS
         }
+        for ledger, _ in quiet.values():
+            ledger.seen_at = now  # checked (or failed to): asked again after another quiet stretch
         if not quiet:
             return
         try:
@@ -169,26 +174,45 @@ class InputOrder:
         except KafkaException as e:
             log.warning("could not read the end offsets of input partitions %s: %s", sorted(quiet), e)
             return
-        for partition, ledger in quiet.items():
-            high = bounds[partition][1]
-            expected = ledger.next_offset
-            ledger.seen_at = now  # checked: asked again after another quiet stretch
-            if expected >= high or self.consumer.ledgers.get(partition) is not ledger:
+        for partition, (ledger, expected) in quiet.items():
+            if expected >= bounds[partition][1] or not self.still_quiet(partition, ledger, expected, now):
                 continue
             try:
                 first = await self.input_offsets.first_offset_from(partition, expected)
             except KafkaException as e:
                 log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
                 continue
-            if first is None or self.consumer.ledgers.get(partition) is not ledger:
+            if first is None or not self.still_quiet(partition, ledger, expected, now):
                 continue
-            if ledger.next_offset != expected or ledger.reread_since is not None:
-                continue  # records arrived meanwhile
+            high = bounds[partition][1]
             if first >= high:
                 ledger.pass_absent(high)  # transaction markers only
                 continue
             ledger.pass_absent(first)
             await self.reread(ledger, partition, f"none for {TAIL_QUIET_SECONDS:.0f} s, end offset {high}")
+
+    def agent_waits_for_input(self, now: float) -> bool:
+        """Neither a rebalance, a stop nor the agent's own work holds records back: records of a
+        quiet partition queued for the agent (not yet taken, so in no unacked set) would reach it.
+        A batch whose sends waited a second or more (a broker failing over) counts as holding the
+        queue back for TAIL_QUIET_SECONDS after it ends."""
+        return not (
+            self.stopping
+            or self.sa.app.rebalancing
+            or self.lock.locked()
+            or now - self.slow_flush_ended_at < TAIL_QUIET_SECONDS
+        )
+
+    def still_quiet(self, partition: int, ledger: InputLedger, expected: int, since: float) -> bool:
+        """Nothing of the partition moved while the broker was asked (checked after each await)."""
+        return (
+            self.consumer.ledgers.get(partition) is ledger
+            and ledger.next_offset == expected
+            and ledger.reread_since is None
+            and ledger.seen_at <= since
+            and self.agent_waits_for_input(time.monotonic())
+            and partition not in faust_private.unacked_partitions(self.consumer, self.settings.input_topic)
+        )
 
     def describe_input(self) -> str:
         """A line per assigned input partition: read position, commit base, the last record's age,

@@ -585,10 +585,10 @@ def test_a_tail_fetched_but_never_delivered_is_read_again(rig: Rig) -> None:
     rig.take()
     rig.offsets.end_offsets.update({0: 3, 1: 0})
     rig.offsets.first_from[(0, 1)] = 1
-    rig.tick("reread_timer")  # offsets 1 and 2 dropped on the way, but only just: not yet
+    rig.tick("tail_timer")  # offsets 1 and 2 dropped on the way, but only just: not yet
     assert [s for s in rig.take() if s[0] == "seek"] == []
     _quiet_for_a_while(rig, 0, 1)
-    rig.tick("reread_timer")
+    rig.tick("tail_timer")
     assert [s for s in rig.take() if s[0] == "seek"] == [("seek", 0, 1)]  # partition 1 is at its end
     rig.feed(*(event_of(records[i], 0, i) for i in (1, 2)))  # read again from offset 1
     rig.flush_quiet_batch()
@@ -604,7 +604,7 @@ def test_a_tail_of_transaction_markers_is_passed_without_reading_again(rig: Rig)
     rig.offsets.end_offsets.update({0: 2, 1: 0})
     rig.offsets.first_from[(0, 1)] = 2  # nothing from offset 1 to the end: a commit marker
     _quiet_for_a_while(rig, 0, 1)
-    rig.tick("reread_timer")
+    rig.tick("tail_timer")
     assert [s for s in rig.take() if s[0] == "seek"] == []
     assert rig.consumer.ledgers[0].advance() == 2
 
@@ -615,16 +615,40 @@ def test_a_partition_with_records_on_the_way_or_a_rebalance_under_way_is_not_rea
     message = event_of(started("r0", offset=0), 0, 0).message
     rig.consumer._unacked_messages.add(message)  # taken by faust, not yet at the agent
     _quiet_for_a_while(rig, 0, 1)
-    rig.tick("reread_timer")
+    rig.tick("tail_timer")
     assert [s for s in rig.take() if s[0] == "seek"] == []
     rig.consumer._unacked_messages.clear()
     rig.app.rebalancing = True  # the rebalance's end seeks every partition to its commit
     _quiet_for_a_while(rig, 0, 1)
-    rig.tick("reread_timer")
+    rig.tick("tail_timer")
     assert [s for s in rig.take() if s[0] == "seek"] == []
     rig.app.rebalancing = False
-    rig.tick("reread_timer")
+    rig.worker.slow_flush_ended_at = time.monotonic()  # sends waited long: the queue was held back
+    rig.tick("tail_timer")
+    assert [s for s in rig.take() if s[0] == "seek"] == []
+    rig.worker.slow_flush_ended_at = 0.0
+    _quiet_for_a_while(rig, 0, 1)
+    rig.loop.run_until_complete(rig.worker.lock.acquire())  # the agent flushing a batch
+    rig.tick("tail_timer")
+    assert [s for s in rig.take() if s[0] == "seek"] == []
+    rig.worker.lock.release()
+    rig.tick("tail_timer")
     assert [s for s in rig.take() if s[0] == "seek"] == [("seek", 0, 0)]
+
+
+def test_a_record_that_arrives_while_the_broker_is_asked_cancels_the_read_again(rig: Rig) -> None:
+    rig.offsets.end_offsets.update({0: 5, 1: 0})
+    asked = rig.offsets.first_offset_from
+
+    async def record_arrives_meanwhile(partition: int, offset: int) -> int | None:
+        rig.consumer.ledgers[partition].seen_at = time.monotonic()  # as admit() does
+        return 0
+
+    rig.offsets.first_offset_from = record_arrives_meanwhile  # type: ignore[method-assign]
+    _quiet_for_a_while(rig, 0, 1)
+    rig.tick("tail_timer")
+    assert [s for s in rig.take() if s[0] == "seek"] == []
+    rig.offsets.first_offset_from = asked  # type: ignore[method-assign]
 
 
 def test_sigusr1_describes_where_each_input_partition_is_read(rig: Rig) -> None:
