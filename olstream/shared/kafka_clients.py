@@ -26,6 +26,7 @@ RELIABLE_PRODUCER: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SYSTEM_CAS = "probe"  # librdkafka's ssl.ca.location for the system's CA certificates
 SECRET_WORDS = ("password", "secret", "jaas", "token", "credential", "key.pem", "oauthbearer.config")
 """A property whose name holds one of these is a secret: never logged, printed or put in an error."""
 
@@ -124,7 +125,7 @@ def ssl_context(properties: Mapping[str, str]) -> ssl.SSLContext:
     system's CA certificates) is Python's default trust store.
     """
     ca = properties.get("ssl.ca.location")
-    if ca == "probe":
+    if ca == SYSTEM_CAS:
         ca = None
     try:
         if ca and Path(ca).is_dir():

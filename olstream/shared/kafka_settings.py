@@ -26,6 +26,7 @@ from olstream.shared.errors import ConfigError
 from olstream.shared.kafka_clients import (
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
+    SYSTEM_CAS,
     KafkaConnection,
     is_secret_property,
 )
@@ -222,5 +223,5 @@ def _check(props: Mapping[str, str], command: str) -> None:
                 )
     for prop in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
         location = props.get(prop)
-        if location and location != "probe" and not Path(location).exists():
+        if location and location != SYSTEM_CAS and not Path(location).exists():
             raise ConfigError(f"{command}: Kafka property {prop} names {location}, which does not exist")

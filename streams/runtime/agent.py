@@ -158,8 +158,9 @@ class StreamWorker(InputOrder, ErrorRecords, TableState):
             except DeliveryError as e:
                 log.critical("%s; exiting without acking the batch (it will be processed again)", e)
                 os._exit(EX_SEND_FAILED)
-            if time.monotonic() - waiting >= SLOW_FLUSH_SECONDS:
-                self.slow_flush_ended_at = time.monotonic()  # the queue was held back (catch_up_tails)
+            acked = time.monotonic()
+            if acked - waiting >= SLOW_FLUSH_SECONDS:
+                self.slow_flush_ended_at = acked  # the queue was held back (catch_up_tails)
             token = faust_private.set_current_event(None)
             try:
                 self.write_overlay()

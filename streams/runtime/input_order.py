@@ -69,7 +69,7 @@ class InputOrder:
         msg = event.message
         ledger = self.consumer.ledgers.get(msg.partition)
         if ledger is not None:
-            ledger.seen_at = max(ledger.seen_at, time.monotonic())
+            ledger.seen_at = time.monotonic()
         verdict = Admission.SKIP if ledger is None else ledger.admit(msg.offset)
         if verdict is Admission.HOLE and ledger is not None:
             verdict = await self.look_into_hole(ledger, msg)
@@ -80,12 +80,8 @@ class InputOrder:
 
     async def look_into_hole(self, ledger: InputLedger, msg: Any) -> Admission:
         """Ask the broker what lies between the partition's read position and this record."""
-        partition, expected = msg.partition, ledger.next_offset
-        try:
-            first = await self.input_offsets.first_offset_from(partition, expected)
-        except KafkaException as e:
-            log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
-            first = None
+        partition = msg.partition
+        first = await self.first_record_from(partition, ledger.next_offset)
         if self.consumer.ledgers.get(partition) is not ledger:
             return Admission.SKIP  # sought or revoked meanwhile: the ledger started over
         if first is not None and first >= msg.offset:
@@ -95,6 +91,15 @@ class InputOrder:
             ledger.pass_absent(first)
         await self.reread(ledger, partition, f"offset {msg.offset} arrived first")
         return Admission.SKIP
+
+    async def first_record_from(self, partition: int, offset: int) -> int | None:
+        """The broker's first record of the partition at or after `offset` (its end offset when there
+        is none); None when it could not be read (logged)."""
+        try:
+            return await self.input_offsets.first_offset_from(partition, offset)
+        except KafkaException as e:
+            log.warning("could not read input partition %d at offset %d: %s", partition, offset, e)
+            return None
 
     async def reread(self, ledger: InputLedger, partition: int, found_by: str) -> None:
         offset = ledger.request_reread(time.monotonic())
@@ -175,16 +180,12 @@ class InputOrder:
             log.warning("could not read the end offsets of input partitions %s: %s", sorted(quiet), e)
             return
         for partition, (ledger, expected) in quiet.items():
-            if expected >= bounds[partition][1] or not self.still_quiet(partition, ledger, expected, now):
+            high = bounds[partition][1]
+            if expected >= high or not self.still_quiet(partition, ledger, expected, now):
                 continue
-            try:
-                first = await self.input_offsets.first_offset_from(partition, expected)
-            except KafkaException as e:
-                log.warning("could not read input partition %d at offset %d: %s", partition, expected, e)
-                continue
+            first = await self.first_record_from(partition, expected)
             if first is None or not self.still_quiet(partition, ledger, expected, now):
                 continue
-            high = bounds[partition][1]
             if first >= high:
                 ledger.pass_absent(high)  # transaction markers only
                 continue
