@@ -26,7 +26,7 @@ from olstream.infra.mirror_config import MirrorSettings, remote_topic
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.openlineage_schema import validator
-from tests.support.pipeline_support import GrowingLog, LocalCluster, local_cluster
+from tests.support.pipeline_support import GrowingLog, LocalCluster, dump_tasks, local_cluster
 from tests.support.receiver import Request
 from tests.support.stream_support import OLSTREAM, Out, consume_all, env, start_worker, stop, tail, worker_cmd
 
@@ -85,14 +85,15 @@ def committed_all(bootstrap: str, group: str, topic: str) -> bool:
         c.close()
 
 
-def wait_for(
-    what: str, check: object, timeout: float, logs: Sequence[Path], region: Region | None = None
-) -> None:
+def wait_for(what: str, check: object, timeout: float, region: Region | None = None) -> None:
+    """Wait until `check()`; on timeout, the region's workers dump their tasks and their logs are shown."""
     deadline = time.monotonic() + timeout
     while not check():  # type: ignore[operator]
         if time.monotonic() > deadline:
+            logs: Sequence[Path] = []
             if region is not None:
-                region.dump_tasks()
+                dump_tasks(region.procs)
+                logs = region.logs
             shown = "\n".join(f"--- {p.name}\n{tail(p, 20)}" for p in logs)
             raise AssertionError(f"{what} within {timeout:.0f} s:\n{shown}")
         time.sleep(1.0)
@@ -118,14 +119,6 @@ class Region:
     def stop(self) -> None:
         for p in self.procs:
             stop(p)
-
-    def dump_tasks(self) -> None:
-        """Each running worker logs where it reads its input, and its threads and tasks (SIGUSR1)."""
-        running = [p for p in self.procs if p.poll() is None]
-        for p in running:
-            p.send_signal(signal.SIGUSR1)
-        if running:
-            time.sleep(3.0)
 
     def caught_up(self) -> bool:
         for p, log in zip(self.procs, self.logs, strict=True):
@@ -194,9 +187,9 @@ def test_two_regions_emit_the_same_events_with_another_partition_count_in_b(tmp_
             region.start()
             stack.callback(region.stop)
         total = sum(end_offsets(a.bootstrap, topic).values())
-        wait_for("B's copy complete", lambda: sum(end_offsets(b.bootstrap, copy).values()) >= total, 120, [])
+        wait_for("B's copy complete", lambda: sum(end_offsets(b.bootstrap, copy).values()) >= total, 120)
         for region in (region_a, region_b):
-            wait_for(f"region {region.name} caught up", region.caught_up, 180, region.logs, region)
+            wait_for(f"region {region.name} caught up", region.caught_up, 180, region)
         events_a, events_b = region_a.events(), region_b.events()
     assert len(events_a) > 0
     compare(events_a, events_b)
@@ -221,8 +214,8 @@ def test_mirror_maker_killed_and_restarted_copies_again_and_reopens_no_run(tmp_p
         log.append(RUNS)
         publish(log, a.bootstrap, topic, tmp_path)
         total = sum(end_offsets(a.bootstrap, topic).values())
-        wait_for("B's copy complete", lambda: sum(end_offsets(b.bootstrap, copy).values()) >= total, 120, [])
-        wait_for("region b caught up", region_b.caught_up, 180, region_b.logs, region_b)
+        wait_for("B's copy complete", lambda: sum(end_offsets(b.bootstrap, copy).values()) >= total, 120)
+        wait_for("region b caught up", region_b.caught_up, 180, region_b)
         before = len(region_b.events())
         state = mirror.read_state(settings.data_dir)
         assert state is not None
@@ -235,10 +228,10 @@ def test_mirror_maker_killed_and_restarted_copies_again_and_reopens_no_run(tmp_p
         mirror.start_mirror(settings)
         wait_for(
             "MirrorMaker 2 copied the stretch again",
-            lambda: sum(end_offsets(b.bootstrap, copy).values()) >= 2 * total, 180, [],
+            lambda: sum(end_offsets(b.bootstrap, copy).values()) >= 2 * total, 180,
         )  # fmt: skip
         for region in (region_a, region_b):
-            wait_for(f"region {region.name} caught up", region.caught_up, 180, region.logs, region)
+            wait_for(f"region {region.name} caught up", region.caught_up, 180, region)
         events_a, events_b = region_a.events(), region_b.events()
         copied = sum(end_offsets(b.bootstrap, copy).values())
     assert copied >= 2 * total, (copied, total)

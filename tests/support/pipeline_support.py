@@ -195,13 +195,7 @@ class Pipeline:
                 proc.wait()
 
     def dump_tasks(self) -> None:
-        """Each running worker prints its threads' stacks and asyncio tasks to its log (faust's
-        worker does so on SIGUSR1): where a stalled worker waits."""
-        workers = [p for name, p in self.procs.items() if name.startswith("worker") and p.poll() is None]
-        for proc in workers:
-            proc.send_signal(signal.SIGUSR1)
-        if workers:
-            time.sleep(3.0)
+        dump_tasks([p for name, p in self.procs.items() if name.startswith("worker")])
 
     def logs(self, lines: int = 25) -> str:
         return "\n".join(f"--- {name}\n{tail(self.log(name), lines)}" for name in self.procs)
@@ -234,6 +228,16 @@ class Pipeline:
         if not self.events_file.exists():
             return []
         return [line for line in self.events_file.read_bytes().splitlines() if line.strip()]
+
+
+def dump_tasks(workers: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Each running worker logs where it reads its input, then its threads' stacks and asyncio tasks
+    (SIGUSR1, docs/operations.md): where a stalled worker waits."""
+    running = [p for p in workers if p.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGUSR1)
+    if running:
+        time.sleep(3.0)
 
 
 def missing_events(lines: Sequence[bytes], starts: set[str], ends: dict[str, str]) -> list[str]:

@@ -339,15 +339,6 @@ def released(trace: Trace) -> list[tuple[int, int]]:
 
 
 @pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    asyncio.set_event_loop(None)
-    loop.close()
-
-
-@pytest.fixture
 def rig(monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop) -> Rig:
     return Rig(monkeypatch, loop)
 

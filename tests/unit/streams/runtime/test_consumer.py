@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,13 +19,9 @@ TOPIC = "olstream.eventlog"
 
 
 @pytest.fixture(autouse=True)
-def _event_loop() -> Iterator[asyncio.AbstractEventLoop]:
-    """faust's services bind to the current event loop when created."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield loop
-    asyncio.set_event_loop(None)
-    loop.close()
+def _event_loop(loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+    """faust's services bind to the current event loop when created (conftest.py's loop)."""
+    return loop
 
 
 class Message(SimpleNamespace):  # weak-referenceable and hashable by identity, as faust's are
