@@ -8,7 +8,9 @@ state was written for yet. (An input the source writes is different: its records
 grown topic moves log partitions; docs/limits.md.) Hence:
 
 - at start, a changelog with fewer partitions than the input is grown to match
-  (`match_changelog`): the states already written stay on the partitions they belong to;
+  (`match_changelog`): the states already written stay on the partitions they belong to. Replicas
+  restarted together all try it; the one the broker refuses (INVALID_PARTITIONS: another one grew it
+  first) reads the count again and goes on when the changelog has at least the input's partitions;
 - while running, an assignment that holds an input partition beyond the count the worker started
   with (`check_assignment`) stops the worker with `ExitCode.INPUT_GREW`, before it processes a
   record of it, with one line that names the topic, both counts and what to do (restart it: the
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError
@@ -31,6 +34,8 @@ from olstream.shared.kafka_clients import Kafka
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "runs"
+REREADS = 10  # reads of the changelog's count after INVALID_PARTITIONS, REREAD_PAUSE s apart: a
+REREAD_PAUSE = 0.5  # broker's metadata can lag the controller that refused the growth for a moment
 
 
 def changelog_topic(app_id: str) -> str:
@@ -39,7 +44,11 @@ def changelog_topic(app_id: str) -> str:
 
 
 def match_changelog(kafka: Kafka, app_id: str, input_topic: str, input_partitions: int) -> None:
-    """Grow an existing changelog to the input's partition count; a larger one is a ConfigError."""
+    """Grow an existing changelog to the input's partition count; a larger one is a ConfigError.
+
+    Idempotent and safe when replicas start at once: a changelog that another replica grew in the
+    meantime (to the input's count or more) is success, not an error.
+    """
     changelog = changelog_topic(app_id)
     current = topic_partitions(kafka, changelog)
     if current is None or current == input_partitions:
@@ -64,7 +73,32 @@ def match_changelog(kafka: Kafka, app_id: str, input_topic: str, input_partition
     try:
         futures[changelog].result(timeout=30)
     except KafkaException as e:
-        raise InfrastructureError(f"cannot grow the changelog {changelog} to {input_partitions}: {e}") from e
+        grown = _partitions_after_refusal(kafka, changelog, input_partitions, e)
+        if grown is None:
+            raise InfrastructureError(
+                f"cannot grow the changelog {changelog} to {input_partitions}: {e}"
+            ) from e
+        log.info(
+            "the state changelog %s has %d partitions already (another replica grew it): going on",
+            changelog,
+            grown,
+        )
+
+
+def _partitions_after_refusal(kafka: Kafka, changelog: str, wanted: int, error: KafkaException) -> int | None:
+    """The changelog's partition count when the broker refused to grow it because it has `wanted` or
+    more already (INVALID_PARTITIONS: another replica grew it first); None for any other failure."""
+    if not (error.args and isinstance(error.args[0], KafkaError)):
+        return None
+    if error.args[0].code() != KafkaError.INVALID_PARTITIONS:
+        return None
+    for attempt in range(REREADS):
+        if attempt:
+            time.sleep(REREAD_PAUSE)
+        current = topic_partitions(kafka, changelog)
+        if current is not None and current >= wanted:
+            return current
+    return None
 
 
 def grown_partitions(assigned: Iterable[int], started_with: int) -> list[int]:

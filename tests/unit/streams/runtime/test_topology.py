@@ -1,12 +1,16 @@
-"""The worker and a grown input: which partitions are new, and the exit that names them."""
+"""The worker and a grown input: the changelog grown to match (also when replicas race to grow it),
+which partitions are new, and the exit that names them."""
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from olstream.shared.errors import ExitCode
+from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError
 from olstream.streams.runtime import topology
 from olstream.streams.runtime.app import build_app
 from olstream.streams.settings import WorkerSettings
@@ -40,3 +44,102 @@ def test_the_changelog_name_is_the_one_faust_gives_the_table(tmp_path: object) -
     settings = WorkerSettings(app_id="olstream-x", data_dir=str(tmp_path))
     sa = build_app(settings, 3)
     assert sa.table.changelog_topic.get_topic_name() == topology.changelog_topic("olstream-x")
+
+
+class _FakeAdmin:
+    """create_partitions answers with `error` (None: success) and records what it was asked."""
+
+    def __init__(self, error: KafkaError | None) -> None:
+        self.error = error
+        self.asked: list[tuple[str, int]] = []
+
+    def create_partitions(self, new: list[Any]) -> dict[str, Future[None]]:
+        (request,) = new
+        self.asked.append((request.topic, request.new_total_count))
+        future: Future[None] = Future()
+        if self.error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(KafkaException(self.error))
+        return {request.topic: future}
+
+
+def _broker(
+    monkeypatch: pytest.MonkeyPatch, counts: list[int | None], error: KafkaError | None = None
+) -> tuple[_FakeAdmin, list[int | None]]:
+    """The changelog's partition count as the broker answers each read, in turn (the last one from
+    then on), and an admin client whose growth fails with `error`; no I/O."""
+    admin = _FakeAdmin(error)
+    answered: list[int | None] = []
+
+    def read(kafka: object, name: str, timeout: float = 10.0) -> int | None:
+        assert name == topology.changelog_topic("app")
+        answered.append(counts[min(len(answered), len(counts) - 1)])
+        return answered[-1]
+
+    monkeypatch.setattr(topology, "topic_partitions", read)
+    monkeypatch.setattr(topology, "admin_client", lambda kafka: admin)
+    monkeypatch.setattr(topology, "REREAD_PAUSE", 0.0)
+    return admin, answered
+
+
+ALREADY_GROWN = KafkaError(KafkaError.INVALID_PARTITIONS, "Topic already has 6 partition(s).")
+
+
+def test_a_changelog_that_matches_the_input_or_is_missing_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for count in (6, None):
+        admin, _ = _broker(monkeypatch, [count])
+        topology.match_changelog("k:1", "app", "in", 6)
+        assert admin.asked == []
+
+
+def test_a_smaller_changelog_is_grown_to_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    admin, reads = _broker(monkeypatch, [3])
+    topology.match_changelog("k:1", "app", "in", 6)
+    assert admin.asked == [(topology.changelog_topic("app"), 6)] and reads == [3]
+
+
+@pytest.mark.parametrize("grown_to", [6, 7])
+def test_a_changelog_another_replica_grew_first_is_success(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, grown_to: int
+) -> None:
+    # read 3, the growth refused (INVALID_PARTITIONS: grown meanwhile), read again: 6 or more
+    admin, reads = _broker(monkeypatch, [3, grown_to], ALREADY_GROWN)
+    with caplog.at_level(logging.INFO, logger=topology.__name__):
+        topology.match_changelog("k:1", "app", "in", 6)
+    assert admin.asked == [(topology.changelog_topic("app"), 6)] and reads == [3, grown_to]
+    assert f"has {grown_to} partitions already (another replica grew it)" in caplog.text
+
+
+def test_a_refusal_is_read_again_until_the_broker_shows_the_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, reads = _broker(monkeypatch, [3, 3, 3, 6], ALREADY_GROWN)  # metadata behind the controller
+    topology.match_changelog("k:1", "app", "in", 6)
+    assert reads == [3, 3, 3, 6]
+
+
+def test_a_refusal_the_count_never_explains_is_an_infrastructure_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, reads = _broker(monkeypatch, [3], ALREADY_GROWN)
+    with pytest.raises(InfrastructureError, match="cannot grow the changelog app-runs-changelog to 6"):
+        topology.match_changelog("k:1", "app", "in", 6)
+    assert reads == [3] * (1 + topology.REREADS)
+
+
+def test_any_other_refusal_is_an_infrastructure_error_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed")
+    _, reads = _broker(monkeypatch, [3, 6], denied)
+    with pytest.raises(InfrastructureError, match="not allowed"):
+        topology.match_changelog("k:1", "app", "in", 6)
+    assert reads == [3]
+
+
+def test_a_changelog_larger_than_the_input_before_growing_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    admin, _ = _broker(monkeypatch, [8])
+    with pytest.raises(ConfigError, match="start with a new --app-id"):
+        topology.match_changelog("k:1", "app", "in", 6)
+    assert admin.asked == []

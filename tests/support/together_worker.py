@@ -1,0 +1,52 @@
+"""`python -m tests.support.together_worker DIR N worker ...`: the real worker, whose start waits until
+N such workers reached the changelog check, so that they all check (and grow) the changelog at once.
+
+A supervisor that restarts replicas together still starts them some hundred milliseconds apart
+(interpreter start, imports), and a replica that starts late finds the changelog grown already. This
+takes the jitter out: the first read of the changelog's partition count (`topology.match_changelog`)
+waits until N processes wrote their mark into DIR. Everything else is the product's own code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from olstream.cli.main import main
+from olstream.shared.kafka_clients import Kafka
+from olstream.streams.runtime import topology
+
+TIMEOUT = 120.0  # s for all N to arrive: generous, for processes that start slowly on a busy machine
+
+
+def wait_for_all(directory: Path, count: int) -> None:
+    """Mark this process's arrival in `directory` and return once `count` processes arrived."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / str(os.getpid())).touch()
+    deadline = time.monotonic() + TIMEOUT
+    while len(list(directory.iterdir())) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"together_worker: fewer than {count} workers in {directory} after {TIMEOUT:g} s"
+            )
+        time.sleep(0.005)
+
+
+def inject(directory: Path, count: int) -> None:
+    read = topology.topic_partitions
+    waited: list[bool] = []
+
+    def read_together(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
+        if not waited:
+            waited.append(True)
+            wait_for_all(directory, count)
+        return read(kafka, name, timeout)
+
+    topology.topic_partitions = read_together
+
+
+if __name__ == "__main__":
+    inject(Path(sys.argv[1]), int(sys.argv[2]))
+    sys.exit(main(sys.argv[3:]))
