@@ -35,13 +35,13 @@ from olstream.eventlog.stores import open_store
 from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
 from olstream.shared.idle import QuietPeriod
 from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit
+from olstream.shared.kafka_clients import LIBRDKAFKA_LOG
 from olstream.shared.metrics import set_health
 
 if TYPE_CHECKING:
     from olstream.connectors.source.settings import SourceSettings
 
 log = logging.getLogger(__name__)
-_LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 
 
 def _not_the_gapless_warning(record: logging.LogRecord) -> bool:
@@ -49,7 +49,7 @@ def _not_the_gapless_warning(record: logging.LogRecord) -> bool:
     return not ("CONFWARN" in record.getMessage() and "gapless" in record.getMessage())
 
 
-_LIBRDKAFKA_LOG.addFilter(_not_the_gapless_warning)
+LIBRDKAFKA_LOG.addFilter(_not_the_gapless_warning)
 
 STORE_ERRORS = (sqlite3.Error, psycopg.Error, OSError)  # what a store raises when its database fails
 CHECKPOINT_INTERVAL = 5.0  # s between checkpoints to the offsets topic without transactions
@@ -88,7 +88,6 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         )
         transactional_id = settings.transactional_id if settings.exactly_once else None
         config: dict[str, Any] = build_producer_config(settings.connection, transactional_id=transactional_id)
-        config["logger"] = _LIBRDKAFKA_LOG
         config.update(topics.producer_size_config(settings.max_record_bytes))
         fitted = fit_limit(
             settings.connection,

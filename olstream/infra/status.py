@@ -133,6 +133,8 @@ def collect(kafka: Kafka, topics: Sequence[str] = PIPELINE_TOPICS, timeout: floa
                 states[name] = GroupState(getattr(desc.state, "name", str(desc.state)), len(desc.members))
     except KafkaException as e:
         raise InfrastructureError(f"cannot read offsets from the broker at {bootstrap}: {e}") from e
+    finally:
+        admin.poll(0)  # logs librdkafka's queued lines (client_config's logger) before the client goes
     return PipelineStatus(
         topics=tuple(topic_ends(ends)),
         groups=tuple(lags),

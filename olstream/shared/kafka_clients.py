@@ -6,12 +6,19 @@ librdkafka properties of its security (TLS, SASL) and whatever else the operator
 producers, consumers, admin clients) take `client_config` and a role on top of it; faust
 (aiokafka) takes `faust_broker` and `faust_credentials`, built from the same properties.
 
+Every librdkafka client logs through `LIBRDKAFKA_LOG` (confluent-kafka's `logger` property), so its
+lines are the command's own log lines, at the command's log level, never librdkafka's raw
+`%6|...|FAC|rdkafka#producer-1| ...` lines on stderr. With a logger, confluent-kafka queues the lines
+(`log.queue`) and a client's `poll()`, `consume()` or `flush()` logs them; the lines a client logs
+while it is destroyed (librdkafka's `BGQUEUE` "Purging N unserved events", for one) are dropped.
+
 Every function accepts a plain bootstrap string too (no security: PLAINTEXT), which is what the
 tests and the local tools use.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +27,9 @@ from typing import Any
 
 from olstream.shared.errors import ConfigError
 from olstream.shared.logs import REDACTED
+
+LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+"""The logger of every librdkafka client's lines (`client_config`); `extra` may name a quieter one."""
 
 RELIABLE_PRODUCER: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all"}
 """What every olstream producer asks for: no duplicates from retries, acknowledged by all replicas."""
@@ -94,9 +104,13 @@ def bootstrap_of(kafka: Kafka) -> str:
 
 
 def client_config(kafka: Kafka, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The settings every librdkafka client shares (servers, security), then `extra`."""
+    """The settings every librdkafka client shares (servers, security, `LIBRDKAFKA_LOG`), then `extra`."""
     connection = as_connection(kafka)
-    config: dict[str, Any] = {"bootstrap.servers": connection.bootstrap, **connection.properties}
+    config: dict[str, Any] = {
+        "bootstrap.servers": connection.bootstrap,
+        **connection.properties,
+        "logger": LIBRDKAFKA_LOG,
+    }
     config.update(extra or {})
     return config
 

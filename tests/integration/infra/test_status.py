@@ -1,8 +1,12 @@
-"""`olstream status` against a real broker: end offsets and a group's lag."""
+"""`olstream status` against a real broker: end offsets and a group's lag; its output holds its
+tables and its own log lines only, never a raw librdkafka line."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -35,3 +39,48 @@ def test_end_offsets_and_lag_of_a_group(
     assert (lag.committed, lag.end, lag.lag, lag.partitions_without_commit) == (2, 5, 3, 1)
     state = status.state_of(unique_group)
     assert state is not None and state.members == 0
+
+
+RAW_LIBRDKAFKA_LINE = re.compile(
+    r"^%\d+\|", re.MULTILINE
+)  # %6|1796215723.386|BGQUEUE|rdkafka#producer-2| ...
+OWN_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (WARNING|ERROR|CRITICAL) [\w.]+: ")
+
+
+def test_status_prints_its_tables_and_its_own_lines_but_no_librdkafka_line(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    olstream_cmd: list[str],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, value=b"x", partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    # A consumer property in the shared client file (meant for the sink's or the worker's consumer):
+    # librdkafka warns about it (CONFWARN) in every admin client status creates. And a group to
+    # describe: describe_consumer_groups right before the client's end left an event unserved in some
+    # runs, and librdkafka printed "BGQUEUE ... Purging 1 unserved events from background queue".
+    client_file = tmp_path / "client.properties"
+    client_file.write_text("session.timeout.ms=45000\n")
+    cmd = [*olstream_cmd, "status", "--bootstrap", kafka_bootstrap, "--kafka-config", str(client_file)]
+    env = {**subprocess_env, "COLUMNS": "400"}  # rich's tables, wide enough for the generated names
+    for _ in range(3):
+        run = subprocess.run(
+            [*cmd, "--topic", topic], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert run.returncode == 0, run.stderr
+        assert not RAW_LIBRDKAFKA_LINE.search(run.stdout), run.stdout
+        assert not RAW_LIBRDKAFKA_LINE.search(run.stderr), run.stderr
+        assert "Topics at" in run.stdout and "Consumer groups" in run.stdout
+        assert topic in run.stdout and unique_group in run.stdout
+        assert all(OWN_LOG_LINE.match(line) for line in run.stderr.splitlines()), run.stderr
+        # librdkafka's warning reached status's logging, as one of its own lines
+        assert "WARNING librdkafka: CONFWARN" in run.stderr and "session.timeout.ms" in run.stderr

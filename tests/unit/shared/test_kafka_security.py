@@ -14,6 +14,7 @@ from olstream.shared.config import resolve
 from olstream.shared.errors import ConfigError
 from olstream.shared.java_properties import parse_properties
 from olstream.shared.kafka_clients import (
+    LIBRDKAFKA_LOG,
     KafkaConnection,
     client_config,
     consumer_config,
@@ -101,6 +102,7 @@ def test_the_settings_win_over_the_file_and_every_client_gets_them(tmp_path: Pat
         "sasl.password": "file-secret",
         "ssl.ca.location": str(ca),
         "socket.keepalive.enable": "true",
+        "logger": LIBRDKAFKA_LOG,
     }
     assert client_config(kafka) == expected
     assert producer_config(kafka)["sasl.username"] == "from-env"
@@ -113,7 +115,11 @@ def test_the_settings_win_over_the_file_and_every_client_gets_them(tmp_path: Pat
 
 
 def test_a_plain_bootstrap_string_is_plaintext() -> None:
-    assert client_config("h:9092", {"acks": "all"}) == {"bootstrap.servers": "h:9092", "acks": "all"}
+    assert client_config("h:9092", {"acks": "all"}) == {
+        "bootstrap.servers": "h:9092",
+        "logger": LIBRDKAFKA_LOG,
+        "acks": "all",
+    }
     assert faust_credentials("h:9092") is None
 
 
