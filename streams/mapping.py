@@ -1,6 +1,6 @@
 """Pure mapping: run state -> canonical OpenLineage RunEvent bytes (no faust, no I/O).
 
-Canonical bytes: keys in the fixed order this module builds them, no insignificant
+Canonical bytes: keys in the fixed order this module writes them, no insignificant
 whitespace (``separators=(",", ":")``), non-ASCII kept as UTF-8. The same state
 always gives the same bytes.
 """
@@ -68,123 +68,15 @@ class MappingConfig:
         return self.job_names == "hierarchical"
 
 
-def _facet(cfg: MappingConfig, schema_url: str) -> dict[str, Any]:
-    return {"_producer": cfg.producer, "_schemaURL": schema_url}
-
-
-def _job_ref(j: JobRun) -> dict[str, Any]:
-    return {"namespace": j.namespace, "name": j.name}
-
-
-def parent_facet(cfg: MappingConfig, parent: JobRun, root: JobRun | None) -> dict[str, Any]:
-    facet = _facet(cfg, PARENT_SCHEMA_URL)
-    facet["run"] = {"runId": parent.run_id}
-    facet["job"] = _job_ref(parent)
-    if root is not None:
-        facet["root"] = {"run": {"runId": root.run_id}, "job": _job_ref(root)}
-    return facet
-
-
-def workflow_facet(cfg: MappingConfig, s: RunState, terminal: bool) -> dict[str, Any]:
-    facet = _facet(cfg, WORKFLOW_FACET_SCHEMA_URL)
-    facet["taskId"] = s.task_id
-    facet["workflowType"] = s.workflow_type
-    facet["workflowVersion"] = s.workflow_version
-    facet["workflowInstance"] = s.workflow_instance
-    facet["engineRunId"] = s.engine_run_id
-    if s.principal is not None:
-        facet["principal"] = s.principal
-    if s.supersedes is not None:
-        facet["supersedes"] = s.supersedes
-    if terminal and s.end is not None:
-        facet["status"] = s.end.status
-        if s.end.error_type is not None:
-            facet["errorType"] = s.end.error_type
-    return facet
-
-
-def run_facets(cfg: MappingConfig, s: RunState, terminal: bool) -> dict[str, Any]:
-    facets: dict[str, Any] = {}
-    if s.parent is not None:
-        facets["parent"] = parent_facet(cfg, s.parent, s.root)
-    if s.nominal_start_time is not None:
-        nominal = _facet(cfg, NOMINAL_TIME_SCHEMA_URL)
-        nominal["nominalStartTime"] = s.nominal_start_time
-        if s.nominal_end_time is not None:
-            nominal["nominalEndTime"] = s.nominal_end_time
-        facets["nominalTime"] = nominal
-    engine = _facet(cfg, PROCESSING_ENGINE_SCHEMA_URL)
-    engine["version"] = olstream.__version__
-    engine["name"] = "olstream"
-    engine["openlineageAdapterVersion"] = olstream.__version__
-    facets["processing_engine"] = engine
-    facets["workflow"] = workflow_facet(cfg, s, terminal)
-    end = s.end
-    if terminal and end is not None and TERMINAL_EVENT_TYPES[end.status] == "FAIL":
-        error = _facet(cfg, ERROR_MESSAGE_SCHEMA_URL)
-        error["message"] = end.error_message or f"workflow run ended with status {end.status}"
-        error["programmingLanguage"] = cfg.programming_language
-        if end.stack_trace is not None:
-            error["stackTrace"] = end.stack_trace
-        facets["errorMessage"] = error
-    return facets
-
-
-def datasource_facet(cfg: MappingConfig, namespace: str) -> dict[str, Any]:
-    """The dataSource facet: named by the namespace, its uri the namespace when that is a URI."""
-    facet = _facet(cfg, DATASOURCE_SCHEMA_URL)
-    facet["name"] = namespace
-    if has_uri_scheme(namespace):
-        facet["uri"] = namespace
-    return facet
-
-
-def _datasets(cfg: MappingConfig, refs: tuple[DatasetRef, ...]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for d in refs:
-        facets: dict[str, Any] = {"dataSource": datasource_facet(cfg, d.namespace)}
-        if d.version is not None:
-            version = _facet(cfg, DATASET_VERSION_SCHEMA_URL)
-            version["datasetVersion"] = d.version
-            facets["version"] = version
-        out.append({"namespace": d.namespace, "name": d.name, "facets": facets})
-    return out
-
-
-def build_event(cfg: MappingConfig, s: RunState, terminal: bool) -> dict[str, Any]:
-    """The RunEvent as an ordered dict: START (terminal=False) or the terminal event."""
-    if terminal:
-        if s.end is None:
-            raise ValueError(f"run {s.engine_run_id} has not ended: no terminal event")
-        event_type, event_time = TERMINAL_EVENT_TYPES[s.end.status], s.end.end_time
-        inputs, outputs = s.inputs, s.outputs
-    else:
-        event_type, event_time = "START", s.start_time
-        inputs, outputs = s.inputs[: s.inputs_at_start], s.outputs[: s.outputs_at_start]
-    job_type = _facet(cfg, JOB_TYPE_SCHEMA_URL)
-    job_type["processingType"] = "BATCH"
-    job_type["integration"] = cfg.integration
-    job_type["jobType"] = cfg.job_type
-    return {
-        "eventTime": event_time,
-        "producer": cfg.producer,
-        "schemaURL": OPENLINEAGE_SCHEMA_URL,
-        "eventType": event_type,
-        "run": {"runId": s.run.run_id, "facets": run_facets(cfg, s, terminal)},
-        "job": {"namespace": s.run.namespace, "name": s.run.name, "facets": {"jobType": job_type}},
-        "inputs": _datasets(cfg, inputs),
-        "outputs": _datasets(cfg, outputs),
-    }
-
-
 def canonical_bytes(doc: dict[str, Any]) -> bytes:
+    """A JSON document in canonical form: what `event_bytes` writes for the document it encodes."""
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-# ---------------------------------------------------------------- fast path
-# The same bytes as ``canonical_bytes(build_event(...))``, written directly: the static parts
-# per config are JSON-encoded once, every string value goes through the encoder's own string
-# function (``ensure_ascii=False``), so escaping and key order are exactly json.dumps'.
+# The event is written directly as text: the static parts per config are written once
+# (`_fragments`), every string value goes through the encoder's own string function
+# (``ensure_ascii=False``), so escaping is exactly json.dumps' and the bytes are those of
+# ``canonical_bytes(json.loads(...))``.
 
 _q = json.encoder.encode_basestring  # the C function json.dumps(..., ensure_ascii=False) uses
 
@@ -208,25 +100,18 @@ def _fragments(cfg: MappingConfig) -> _Fragments:
     def prefix(url: str) -> str:
         return f'{{"_producer":{_q(cfg.producer)},"_schemaURL":{_q(url)}'
 
-    engine = _facet(cfg, PROCESSING_ENGINE_SCHEMA_URL)
-    engine["version"] = olstream.__version__
-    engine["name"] = "olstream"
-    engine["openlineageAdapterVersion"] = olstream.__version__
-    job_type = _facet(cfg, JOB_TYPE_SCHEMA_URL)
-    job_type["processingType"] = "BATCH"
-    job_type["integration"] = cfg.integration
-    job_type["jobType"] = cfg.job_type
+    ours = _q(olstream.__version__)
+    engine = f',"version":{ours},"name":"olstream","openlineageAdapterVersion":{ours}}}'
+    job_type = f',"processingType":"BATCH","integration":{_q(cfg.integration)},"jobType":{_q(cfg.job_type)}}}'
     return _Fragments(
         head='{"eventTime":',
         after_time=f',"producer":{_q(cfg.producer)},"schemaURL":{_q(OPENLINEAGE_SCHEMA_URL)},"eventType":',
         parent='"parent":' + prefix(PARENT_SCHEMA_URL),
         nominal='"nominalTime":' + prefix(NOMINAL_TIME_SCHEMA_URL),
-        engine='"processing_engine":' + json.dumps(engine, separators=(",", ":"), ensure_ascii=False),
+        engine='"processing_engine":' + prefix(PROCESSING_ENGINE_SCHEMA_URL) + engine,
         workflow='"workflow":' + prefix(WORKFLOW_FACET_SCHEMA_URL),
         error='"errorMessage":' + prefix(ERROR_MESSAGE_SCHEMA_URL),
-        job_facets=',"facets":{"jobType":'
-        + json.dumps(job_type, separators=(",", ":"), ensure_ascii=False)
-        + "}}",
+        job_facets=',"facets":{"jobType":' + prefix(JOB_TYPE_SCHEMA_URL) + job_type + "}}",
         datasource=',"facets":{"dataSource":' + prefix(DATASOURCE_SCHEMA_URL),
         version=',"version":' + prefix(DATASET_VERSION_SCHEMA_URL) + ',"datasetVersion":',
     )
@@ -255,7 +140,8 @@ def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
+def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
+    """The RunEvent's canonical bytes: START (terminal=False) or the run's terminal event."""
     f = _fragments(cfg)
     end = s.end
     if terminal:
@@ -332,11 +218,11 @@ def _event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
 
 
 def start_event(cfg: MappingConfig, s: RunState) -> bytes:
-    return _event_bytes(cfg, s, terminal=False)
+    return event_bytes(cfg, s, terminal=False)
 
 
 def terminal_event(cfg: MappingConfig, s: RunState) -> bytes:
-    return _event_bytes(cfg, s, terminal=True)
+    return event_bytes(cfg, s, terminal=True)
 
 
 def event_key(s: RunState) -> bytes:

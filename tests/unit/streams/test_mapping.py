@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,8 +19,10 @@ from olstream.streams.mapping import (
     WORKFLOW_FACET_SCHEMA_URL,
     MappingConfig,
     canonical_bytes,
+    start_event,
+    terminal_event,
 )
-from olstream.streams.state import StreamInputError
+from olstream.streams.state import DatasetRef, JobRun, RunEnd, RunState, StreamInputError
 from tests.support.stream_records import T0, Harness, declared, doc, ended, ref_of, started
 
 CFG = MappingConfig()
@@ -297,55 +301,525 @@ def test_event_time_from_the_record_not_the_clock() -> None:
     assert doc(end)["eventTime"] == "2027-02-06T03:04:05.123457Z"
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        CFG,
-        MappingConfig(
-            producer='p"\\é\u2028😀', job_prefix="x/é", integration="I\n", programming_language="py\x00"
-        ),
-    ],
+ODD = '"\\\n\t\x00\x01\x1f\x7fé\u2028\u2029</😀'
+ODD_CFG = MappingConfig(
+    producer='p"\\é\u2028😀',
+    job_prefix="x/é",
+    integration="I\n",
+    job_type="W\x00",
+    programming_language="py\x00",
 )
-def test_written_bytes_equal_json_dumps_of_the_reference_document(cfg: MappingConfig) -> None:
-    from dataclasses import replace
 
-    from olstream.streams.mapping import build_event, start_event, terminal_event
-    from olstream.streams.state import DatasetRef
 
-    odd = '"\\\n\t\x01é\u2028</😀'
+def _odd_strings(s: RunState, text: str) -> RunState:
+    """`s` with `text` in every string the event carries (the end's status excepted: it picks the type)."""
+    odd_run = JobRun(text, text, text)
+    return replace(
+        s,
+        engine_run_id=text,
+        task_id=text,
+        workflow_type=text,
+        workflow_version=text,
+        workflow_instance=text,
+        principal=text,
+        start_time=text,
+        nominal_start_time=text,
+        nominal_end_time=text,
+        supersedes=text,
+        run=odd_run,
+        parent=odd_run,
+        root=odd_run,
+        inputs=(DatasetRef(text, text, text), DatasetRef(text, text)),
+        outputs=(DatasetRef(text, text), DatasetRef(f"s3://{text}", text, text)),
+        inputs_at_start=1,
+        outputs_at_start=2,
+        end=None
+        if s.end is None
+        else replace(s.end, end_time=text, error_message=text, error_type=text, stack_trace=text),
+    )
+
+
+@pytest.mark.parametrize("cfg", [CFG, ODD_CFG], ids=["default", "odd_config"])
+def test_written_bytes_are_json_dumps_of_their_own_document(cfg: MappingConfig) -> None:
+    """Compact, key order kept and every string escaped exactly as json.dumps(ensure_ascii=False) does."""
     root = ref_of(started("root", wtype="daily"))
     parent = ref_of(started("p", wtype="hourly", parent=root, root=root))
     h = Harness(cfg)
     h.feed(
         started("a", nominal=True, principal=None),
         declared("a", name="in1", version="v1"),
-        declared("a", name="out1", direction=Direction.OUTPUT),
+        declared("a", name="out1", direction=Direction.OUTPUT, ns="warehouse"),
         ended("a", status=RunStatus.FAILED, error=RunError(message="", type="E", stack_trace="tb")),
         started("b", parent=parent, root=root, supersedes="a"),
         ended("b", status=RunStatus.CANCELLED),
         started("c", parent=parent),
         ended("c"),
+        started("d"),  # no end: no terminal event
     )
     states = list(h.table.values())
     variants = [*states]
     for s in states:
+        variants += [_odd_strings(s, ODD), _odd_strings(s, "")]
         variants.append(
-            replace(
-                s,
-                principal=odd,
-                task_id=odd,
-                nominal_start_time=odd,
-                nominal_end_time=None,
-                inputs=(*s.inputs, DatasetRef(odd, odd, odd), DatasetRef("n", odd)),
-                inputs_at_start=1,
-            )
+            replace(s, principal=None, supersedes=None, nominal_start_time=ODD, nominal_end_time=None)
         )
         if s.end is not None:
-            variants.append(replace(s, end=replace(s.end, status="poison", error_message="", error_type=odd)))
-    for s in variants:
-        assert start_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=False))
-        if s.end is not None:
-            assert terminal_event(cfg, s) == canonical_bytes(build_event(cfg, s, terminal=True))
+            variants.append(replace(s, end=replace(s.end, status="poison", error_message="", error_type=ODD)))
+            variants.append(replace(s, end=replace(s.end, status="quarantined", error_message=None)))
+    events = [start_event(cfg, s) for s in variants]
+    events += [terminal_event(cfg, s) for s in variants if s.end is not None]
+    assert len(events) == 22 + 18  # every variant starts; those of the three ended runs end too
+    for written in events:
+        document = json.loads(written)
+        assert written == json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# The documents below are written out in full: every facet and field an event can carry, in order.
+P = DEFAULT_PRODUCER
+V = olstream.__version__
+PARENT_URL = "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet"
+NOMINAL_URL = "https://openlineage.io/spec/facets/1-0-1/NominalTimeRunFacet.json#/$defs/NominalTimeRunFacet"
+ENGINE_URL = (
+    "https://openlineage.io/spec/facets/1-1-1/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet"
+)
+WORKFLOW_URL = "https://olstream.dev/spec/facets/1-0-0/WorkflowRunFacet.json"
+ERROR_URL = "https://openlineage.io/spec/facets/1-0-1/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet"
+JOB_TYPE_URL = "https://openlineage.io/spec/facets/2-0-4/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
+VERSION_URL = "https://openlineage.io/spec/facets/1-0-1/DatasetVersionDatasetFacet.json#/$defs/DatasetVersionDatasetFacet"
+SOURCE_URL = (
+    "https://openlineage.io/spec/facets/1-0-1/DatasourceDatasetFacet.json#/$defs/DatasourceDatasetFacet"
+)
+RUN_EVENT_URL = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+ENGINE = {
+    "_producer": P,
+    "_schemaURL": ENGINE_URL,
+    "version": V,
+    "name": "olstream",
+    "openlineageAdapterVersion": V,
+}
+JOB_FACETS = {
+    "jobType": {
+        "_producer": P,
+        "_schemaURL": JOB_TYPE_URL,
+        "processingType": "BATCH",
+        "integration": "OLSTREAM",
+        "jobType": "WORKFLOW",
+    }
+}
+RUN_ID = "019b7ca9-8d03-75a6-baae-156f1aa4f6a1"
+PARENT_ID = "019b7ca9-8d03-735f-b34a-e70b8cfbd051"
+ROOT_ID = "019b7ca9-8b00-7000-8000-000000000001"
+START = "2026-01-02T03:04:05.123456Z"
+END = "2026-01-02T03:05:05.123456Z"
+
+
+def _state(**changes: Any) -> RunState:
+    """A run `load@2` of `acme`, started at START, with no parent, datasets or end: then `changes`."""
+    base = RunState(
+        engine_run_id="r1",
+        task_id="tenant-7",
+        namespace="acme",
+        workflow_type="load",
+        workflow_version="2",
+        workflow_instance="load-eu",
+        principal=None,
+        start_time=START,
+        start_ms=0,
+        nominal_start_time=None,
+        nominal_end_time=None,
+        supersedes=None,
+        run=JobRun("acme", "load@2", RUN_ID),
+        parent=None,
+        root=None,
+        start_position=(0, 0),
+    )
+    return replace(base, **changes)
+
+
+def _ordered(x: Any) -> Any:
+    """`x` with every object as its list of (key, value) pairs: == then compares key order too."""
+    if isinstance(x, dict):
+        return [(k, _ordered(v)) for k, v in x.items()]
+    if isinstance(x, list):
+        return [_ordered(v) for v in x]
+    return x
+
+
+def _assert_document(written: bytes, expected: dict[str, Any]) -> None:
+    document = json.loads(written)
+    assert document == expected
+    assert _ordered(document) == _ordered(expected)
+
+
+def test_start_of_a_child_with_parent_and_root_in_full() -> None:
+    s = _state(
+        principal="scheduler",
+        supersedes="r0",
+        run=JobRun("acme", "nightly@1.daily@7.load@2", RUN_ID),
+        parent=JobRun("acme", "nightly@1.daily@7", PARENT_ID),
+        root=JobRun("ops", "nightly@1", ROOT_ID),
+        inputs=(DatasetRef("postgres://db:5432", "shop.orders", "v1"), DatasetRef("s3://bucket", "late")),
+        outputs=(DatasetRef("s3://bucket", "out"),),
+        inputs_at_start=1,  # the START carries only what was declared before it
+    )
+    _assert_document(
+        start_event(CFG, s),
+        {
+            "eventTime": START,
+            "producer": P,
+            "schemaURL": RUN_EVENT_URL,
+            "eventType": "START",
+            "run": {
+                "runId": RUN_ID,
+                "facets": {
+                    "parent": {
+                        "_producer": P,
+                        "_schemaURL": PARENT_URL,
+                        "run": {"runId": PARENT_ID},
+                        "job": {"namespace": "acme", "name": "nightly@1.daily@7"},
+                        "root": {"run": {"runId": ROOT_ID}, "job": {"namespace": "ops", "name": "nightly@1"}},
+                    },
+                    "processing_engine": ENGINE,
+                    "workflow": {
+                        "_producer": P,
+                        "_schemaURL": WORKFLOW_URL,
+                        "taskId": "tenant-7",
+                        "workflowType": "load",
+                        "workflowVersion": "2",
+                        "workflowInstance": "load-eu",
+                        "engineRunId": "r1",
+                        "principal": "scheduler",
+                        "supersedes": "r0",
+                    },
+                },
+            },
+            "job": {"namespace": "acme", "name": "nightly@1.daily@7.load@2", "facets": JOB_FACETS},
+            "inputs": [
+                {
+                    "namespace": "postgres://db:5432",
+                    "name": "shop.orders",
+                    "facets": {
+                        "dataSource": {
+                            "_producer": P,
+                            "_schemaURL": SOURCE_URL,
+                            "name": "postgres://db:5432",
+                            "uri": "postgres://db:5432",
+                        },
+                        "version": {"_producer": P, "_schemaURL": VERSION_URL, "datasetVersion": "v1"},
+                    },
+                }
+            ],
+            "outputs": [],
+        },
+    )
+
+
+def test_fail_with_error_message_and_stack_trace_in_full() -> None:
+    s = _state(
+        principal="alice",
+        parent=JobRun("acme", "nightly@1", PARENT_ID),
+        root=JobRun("acme", "nightly@1", PARENT_ID),
+        end=RunEnd(
+            "retries_exhausted", END, 0, "connection refused", "ConnectionError", "Traceback ...\n  x"
+        ),
+    )
+    _assert_document(
+        terminal_event(CFG, s),
+        {
+            "eventTime": END,
+            "producer": P,
+            "schemaURL": RUN_EVENT_URL,
+            "eventType": "FAIL",
+            "run": {
+                "runId": RUN_ID,
+                "facets": {
+                    "parent": {
+                        "_producer": P,
+                        "_schemaURL": PARENT_URL,
+                        "run": {"runId": PARENT_ID},
+                        "job": {"namespace": "acme", "name": "nightly@1"},
+                        "root": {
+                            "run": {"runId": PARENT_ID},
+                            "job": {"namespace": "acme", "name": "nightly@1"},
+                        },
+                    },
+                    "processing_engine": ENGINE,
+                    "workflow": {
+                        "_producer": P,
+                        "_schemaURL": WORKFLOW_URL,
+                        "taskId": "tenant-7",
+                        "workflowType": "load",
+                        "workflowVersion": "2",
+                        "workflowInstance": "load-eu",
+                        "engineRunId": "r1",
+                        "principal": "alice",
+                        "status": "retries_exhausted",
+                        "errorType": "ConnectionError",
+                    },
+                    "errorMessage": {
+                        "_producer": P,
+                        "_schemaURL": ERROR_URL,
+                        "message": "connection refused",
+                        "programmingLanguage": "PYTHON",
+                        "stackTrace": "Traceback ...\n  x",
+                    },
+                },
+            },
+            "job": {"namespace": "acme", "name": "load@2", "facets": JOB_FACETS},
+            "inputs": [],
+            "outputs": [],
+        },
+    )
+
+
+def test_abort_in_full_parent_without_root_and_no_error_message() -> None:
+    s = _state(
+        parent=JobRun("acme", "daily@7", PARENT_ID),
+        end=RunEnd("cancelled", END, 0, "user cancelled", "Cancelled", "trace"),
+    )
+    _assert_document(
+        terminal_event(CFG, s),
+        {
+            "eventTime": END,
+            "producer": P,
+            "schemaURL": RUN_EVENT_URL,
+            "eventType": "ABORT",
+            "run": {
+                "runId": RUN_ID,
+                "facets": {
+                    "parent": {
+                        "_producer": P,
+                        "_schemaURL": PARENT_URL,
+                        "run": {"runId": PARENT_ID},
+                        "job": {"namespace": "acme", "name": "daily@7"},
+                    },
+                    "processing_engine": ENGINE,
+                    "workflow": {
+                        "_producer": P,
+                        "_schemaURL": WORKFLOW_URL,
+                        "taskId": "tenant-7",
+                        "workflowType": "load",
+                        "workflowVersion": "2",
+                        "workflowInstance": "load-eu",
+                        "engineRunId": "r1",
+                        "status": "cancelled",
+                        "errorType": "Cancelled",
+                    },
+                },
+            },
+            "job": {"namespace": "acme", "name": "load@2", "facets": JOB_FACETS},
+            "inputs": [],
+            "outputs": [],
+        },
+    )
+
+
+def test_complete_with_nominal_time_versions_and_a_namespace_that_is_not_a_uri_in_full() -> None:
+    s = _state(
+        nominal_start_time="2026-01-02T03:00:00.000000Z",
+        nominal_end_time="2026-01-02T04:00:00.000000Z",
+        inputs=(DatasetRef("warehouse", "sales.daily", "7"), DatasetRef("postgres://db:5432", "shop.orders")),
+        outputs=(DatasetRef("s3://bucket", "report/2026", "sha256:abc"),),
+        end=RunEnd("completed", END, 0),
+    )
+    _assert_document(
+        terminal_event(CFG, s),
+        {
+            "eventTime": END,
+            "producer": P,
+            "schemaURL": RUN_EVENT_URL,
+            "eventType": "COMPLETE",
+            "run": {
+                "runId": RUN_ID,
+                "facets": {
+                    "nominalTime": {
+                        "_producer": P,
+                        "_schemaURL": NOMINAL_URL,
+                        "nominalStartTime": "2026-01-02T03:00:00.000000Z",
+                        "nominalEndTime": "2026-01-02T04:00:00.000000Z",
+                    },
+                    "processing_engine": ENGINE,
+                    "workflow": {
+                        "_producer": P,
+                        "_schemaURL": WORKFLOW_URL,
+                        "taskId": "tenant-7",
+                        "workflowType": "load",
+                        "workflowVersion": "2",
+                        "workflowInstance": "load-eu",
+                        "engineRunId": "r1",
+                        "status": "completed",
+                    },
+                },
+            },
+            "job": {"namespace": "acme", "name": "load@2", "facets": JOB_FACETS},
+            "inputs": [
+                {
+                    "namespace": "warehouse",
+                    "name": "sales.daily",
+                    "facets": {
+                        "dataSource": {"_producer": P, "_schemaURL": SOURCE_URL, "name": "warehouse"},
+                        "version": {"_producer": P, "_schemaURL": VERSION_URL, "datasetVersion": "7"},
+                    },
+                },
+                {
+                    "namespace": "postgres://db:5432",
+                    "name": "shop.orders",
+                    "facets": {
+                        "dataSource": {
+                            "_producer": P,
+                            "_schemaURL": SOURCE_URL,
+                            "name": "postgres://db:5432",
+                            "uri": "postgres://db:5432",
+                        }
+                    },
+                },
+            ],
+            "outputs": [
+                {
+                    "namespace": "s3://bucket",
+                    "name": "report/2026",
+                    "facets": {
+                        "dataSource": {
+                            "_producer": P,
+                            "_schemaURL": SOURCE_URL,
+                            "name": "s3://bucket",
+                            "uri": "s3://bucket",
+                        },
+                        "version": {
+                            "_producer": P,
+                            "_schemaURL": VERSION_URL,
+                            "datasetVersion": "sha256:abc",
+                        },
+                    },
+                }
+            ],
+        },
+    )
+
+
+def test_odd_strings_and_config_land_unchanged_in_full() -> None:
+    """Escapes, NUL, U+2028, emoji and empty strings, in the state and in the config: decoded as given.
+    An empty error message falls back to the default one; the start of a nominal time goes without its end."""
+    o = ODD
+    p = ODD_CFG.producer
+    s = _state(
+        engine_run_id=o,
+        task_id="",
+        workflow_type=o,
+        workflow_version="",
+        workflow_instance=o,
+        principal="",
+        nominal_start_time=o,
+        supersedes=o,
+        run=JobRun(o, "", o),
+        parent=JobRun("", o, ""),
+        root=JobRun(o, o, o),
+        inputs=(DatasetRef(o, "", o), DatasetRef("", o)),
+        outputs=(DatasetRef(f"file:{o}", o, ""),),
+        end=RunEnd("poison", o, 0, "", "", o),
+    )
+    _assert_document(
+        terminal_event(ODD_CFG, s),
+        {
+            "eventTime": o,
+            "producer": p,
+            "schemaURL": RUN_EVENT_URL,
+            "eventType": "FAIL",
+            "run": {
+                "runId": o,
+                "facets": {
+                    "parent": {
+                        "_producer": p,
+                        "_schemaURL": PARENT_URL,
+                        "run": {"runId": ""},
+                        "job": {"namespace": "", "name": o},
+                        "root": {"run": {"runId": o}, "job": {"namespace": o, "name": o}},
+                    },
+                    "nominalTime": {"_producer": p, "_schemaURL": NOMINAL_URL, "nominalStartTime": o},
+                    "processing_engine": {
+                        "_producer": p,
+                        "_schemaURL": ENGINE_URL,
+                        "version": V,
+                        "name": "olstream",
+                        "openlineageAdapterVersion": V,
+                    },
+                    "workflow": {
+                        "_producer": p,
+                        "_schemaURL": WORKFLOW_URL,
+                        "taskId": "",
+                        "workflowType": o,
+                        "workflowVersion": "",
+                        "workflowInstance": o,
+                        "engineRunId": o,
+                        "principal": "",
+                        "supersedes": o,
+                        "status": "poison",
+                        "errorType": "",
+                    },
+                    "errorMessage": {
+                        "_producer": p,
+                        "_schemaURL": ERROR_URL,
+                        "message": "workflow run ended with status poison",
+                        "programmingLanguage": "py\x00",
+                        "stackTrace": o,
+                    },
+                },
+            },
+            "job": {
+                "namespace": o,
+                "name": "",
+                "facets": {
+                    "jobType": {
+                        "_producer": p,
+                        "_schemaURL": JOB_TYPE_URL,
+                        "processingType": "BATCH",
+                        "integration": "I\n",
+                        "jobType": "W\x00",
+                    }
+                },
+            },
+            "inputs": [
+                {
+                    "namespace": o,
+                    "name": "",
+                    "facets": {
+                        "dataSource": {"_producer": p, "_schemaURL": SOURCE_URL, "name": o},
+                        "version": {"_producer": p, "_schemaURL": VERSION_URL, "datasetVersion": o},
+                    },
+                },
+                {
+                    "namespace": "",
+                    "name": o,
+                    "facets": {"dataSource": {"_producer": p, "_schemaURL": SOURCE_URL, "name": ""}},
+                },
+            ],
+            "outputs": [
+                {
+                    "namespace": f"file:{o}",
+                    "name": o,
+                    "facets": {
+                        "dataSource": {
+                            "_producer": p,
+                            "_schemaURL": SOURCE_URL,
+                            "name": f"file:{o}",
+                            "uri": f"file:{o}",
+                        },
+                        "version": {"_producer": p, "_schemaURL": VERSION_URL, "datasetVersion": ""},
+                    },
+                }
+            ],
+        },
+    )
+
+
+def test_the_start_of_an_ended_run_carries_no_end() -> None:
+    s = _state(end=RunEnd("failed", END, 0, "boom", "E", "tb"))
+    document = json.loads(start_event(CFG, s))
+    assert document["eventType"] == "START" and document["eventTime"] == START
+    assert list(document["run"]["facets"]) == ["processing_engine", "workflow"]
+    assert "status" not in document["run"]["facets"]["workflow"]
+    with pytest.raises(ValueError, match="has not ended"):
+        terminal_event(CFG, _state())
 
 
 def test_a_replayed_declaration_after_the_end_is_a_replay_not_an_error() -> None:
