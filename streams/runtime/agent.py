@@ -1,14 +1,19 @@
-"""The thin faust agent: decode, apply the pure step, store state, send events, evict.
+"""The worker's agent: one faust agent, its timers and its rebalance hooks, around a short chain.
 
-Events are processed as they arrive and acked manually, per batch (``batch_size``
-records, or ``batch_within`` seconds): a batch's events are acked only after every
-output send of the batch was acknowledged by the broker (``Sender.flush``), so a
-committed offset never runs ahead of an unacknowledged event. A failed send ends the process at
-once: nothing of the batch is committed, and the records are processed again,
-re-emitting identical bytes. State writes of a batch are coalesced per run and
-written to the table (RocksDB + changelog) after the batch's sends were acked, and
-its log partitions' marks after them: a record at or below its log partition's
-mark was applied before, and is skipped (``olstream.streams.log_marks``).
+A record's path (docs/worker.md draws it): faust's stream → ``InputOrder.admit`` (strict offset
+order; holes and tails are ``olstream.streams.input_tracker``'s) → ``RecordStep.handle`` (judge,
+decode, apply, send) → the ``Batch`` → ``Checkpoint.run`` (sends acknowledged, state written,
+changelog flushed, offsets committed). The input topic is declared with ``acks=False``: faust never
+acks, gap-fills or commits it; the checkpoint is the only commit.
+
+A rebalance revokes every partition (faust's eager protocol): faust first suspends the stream, then
+sends ``on_partitions_revoked``, and the worker runs the batch's checkpoint there, before the
+partitions go, so nothing of a revoked partition is written afterwards. That commit runs on faust's
+consumer thread as faust's own commits during a revocation do: the thread serves its method queue
+while it waits for the revocation hook (``tests/integration/streams/test_assignment.py`` shows it).
+
+The agent never lets faust restart it past an unprocessed record: an unexpected exception ends the
+process before anything after the last checkpoint is committed (``exit_on_unexpected``).
 """
 
 from __future__ import annotations
@@ -16,39 +21,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import time
-from collections import OrderedDict
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 
-from olstream.contract import codec, topics, wire
-from olstream.contract.naming import MAX_JOB_PATH_BYTES
-from olstream.contract.records import Record, RunEnded
-from olstream.shared.errors import DecodeError, DeliveryError, ExitCode
-from olstream.streams.log_marks import MarkBook, Verdict
-from olstream.streams.processor import apply
-from olstream.streams.retention import CommittedLogPositions, Retention
-from olstream.streams.runid import epoch_millis
+from olstream.contract import topics, wire
+from olstream.shared.errors import ExitCode
+from olstream.shared.idle import behind, consumed_to_end
+from olstream.streams.input_tracker import InputTracker
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.input_order import InputOrder
+from olstream.streams.runtime.record_step import RecordStep
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
-from olstream.streams.runtime.sender import Headers, Sender
-from olstream.streams.runtime.table_state import TableState
+from olstream.streams.runtime.run_table import RunTable
+from olstream.streams.runtime.sender import Sender
 from olstream.streams.runtime.topology import check_assignment
-from olstream.streams.state import RunState, StreamInputError
 
 log = logging.getLogger(__name__)
 
-EX_SEND_FAILED = ExitCode.SEND_FAILED  # leave at once: nothing of the batch is committed
 EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before anything past it is committed
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
-SLOW_FLUSH_SECONDS = 1.0  # a batch's sends waited this long: records queued meanwhile were held back
 
 
-def exit_on_unexpected(what: str, error: Exception) -> NoReturn:
-    """Stop the process now: faust would restart a crashed agent and commit past the record.
+def exit_on_unexpected(what: str, error: BaseException) -> NoReturn:
+    """Stop the process now: faust would restart a crashed agent and go on past the record.
 
     Exceptions the project raises on purpose for bad input are routed to the errors topic before
     they get here; anything else is a bug or a broken dependency, and the only safe answer is to
@@ -57,15 +57,15 @@ def exit_on_unexpected(what: str, error: Exception) -> NoReturn:
     if type(error).__name__ == "PartitionsMismatch":  # faust's, at a table write: the input grew
         log.critical(
             "%s: %s; the input topic gained partitions since this worker started: it leaves without "
-            "acking the batch (exit %d); restart it, and the start grows the state changelog to match",
+            "committing the batch (exit %d); restart it, and the start grows the state changelog to match",
             what,
             error,
             int(ExitCode.INPUT_GREW),
         )
         os._exit(ExitCode.INPUT_GREW)
     log.critical(
-        "%s: unexpected %s: %s; exiting without acking the batch (nothing past the last commit is "
-        "committed; the records are processed again)",
+        "%s: unexpected %s: %s; exiting without committing the batch (nothing past the last checkpoint "
+        "is committed; the records are processed again)",
         what,
         type(error).__name__,
         error,
@@ -83,212 +83,178 @@ def _where(event: Any) -> str:
     )
 
 
-class StreamWorker(InputOrder, ErrorRecords, TableState):
-    """Per-process processing state around the faust app (retention index, batch overlay, log marks,
-    idle tracking)."""
+class StreamWorker:
+    """The chain of one worker process, and the batch it is filling."""
 
     def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
         self.sa = sa
-        self.input_offsets = input_offsets
         self.settings = sa.settings
-        self.cfg = sa.settings.mapping
-        self.table = sa.table
-        self.store: Any = sa.table.data
-        self.sender = sender
-        self.retention = Retention(sa.settings.retention_ms)
-        self.committed_log = CommittedLogPositions()
-        self.rescan_needed = True
-        self.parent_warned = False
-        self.path_warned = False
+        self.input_offsets = input_offsets
+        self.tracker = InputTracker()
+        self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, sa.settings.input_topic)
+        self.table = RunTable(sa.settings, sa.table, self.owned_input_tps)
+        self.step = RecordStep(sa.settings, self.table, ErrorRecords(sa.settings, sender), sender)
+        self.checkpoint = Checkpoint(
+            sa.settings.input_topic,
+            sender,
+            self.table,
+            changelog=_LazyProducer(sa),
+            commit=lambda offsets: faust_private.commit_offsets(sa.app.consumer, offsets),
+            tracker=self.tracker,
+        )
+        self.batch = Batch()
+        self.lock = asyncio.Lock()  # one of: a record being processed, a checkpoint, a rebalance hook
         self.stopping = False
-        # the batch's state changes: state key -> (state, or None when deleted; the event that wrote it)
-        self.overlay: dict[str, tuple[RunState | None, Any]] = {}
-        # decoded states of the store (bounded LRU), cleared on every rebalance
-        self.cache: OrderedDict[str, RunState] = OrderedDict()
-        # per (input partition, log partition): the highest log offset applied (olstream.streams.log_marks)
-        self.marks: MarkBook[Any] = MarkBook()
-        self.duplicates_logged = False
-        self.batch: list[Any] = []
-        # input partition -> {log partition: last log offset} of the batch's records
-        self.batch_positions: dict[int, dict[int, int]] = {}
-        self.batch_started = 0.0
-        self.lock = asyncio.Lock()
-        self.stream: Any = None
-        self.busy_seconds = 0.0  # time spent processing records (mapping, state, sends)
-        self.flush_seconds = 0.0  # time spent waiting for acks and writing state
-        self.slow_flush_ended_at = 0.0  # monotonic time a batch whose sends waited SLOW_FLUSH_SECONDS ended
+        self.busy_seconds = 0.0  # time spent processing records (judge, decode, apply, send)
+
+    def owned_input_tps(self) -> set[Any]:
+        """The input topic's partitions currently assigned to this worker."""
+        topic = self.settings.input_topic
+        return {tp for tp in self.sa.app.consumer.assignment() if tp.topic == topic}
 
     # ------------------------------------------------------------------ processing
 
     def add(self, event: Any) -> None:
-        """Process one event now (state into the overlay, events into the producer); ack it later."""
-        if self.rescan_needed:
-            self.rescan()
-        if not self.batch:
-            self.batch_started = time.monotonic()
-        faust_private.set_current_event(event)  # table reads and writes go to the event's partition
+        """Process one taken record: state into the batch's overlay, events into the producer."""
+        if self.table.rescan_needed:
+            self.table.rescan()
+        msg = event.message
+        log_offsets = self.batch.add(msg.partition, msg.offset)
+        faust_private.set_current_event(event)  # table reads go to the event's partition
         t = time.perf_counter()
-        self.handle_event(event)
+        self.step.handle(event, log_offsets)
         self.busy_seconds += time.perf_counter() - t
-        self.batch.append(event)
 
-    async def flush_batch(self, stream: Any) -> None:
-        """Wait for the batch's sends, then store its state, then ack its events (in that order).
-
-        Any exception other than a failed send ends the process too (`exit_on_unexpected`).
-        """
-        try:
-            await self._flush_batch(stream)
-        except Exception as e:  # not caught to go on: the process ends here
-            exit_on_unexpected("flushing a batch", e)
-
-    async def _flush_batch(self, stream: Any) -> None:
+    async def run_checkpoint(self) -> None:
+        """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""
         async with self.lock:
-            if not self.batch:
-                return
-            started = time.perf_counter()
-            events, self.batch = self.batch, []
-            positions, self.batch_positions = self.batch_positions, {}
-            # outputs first, state after: a state that says "ended" (in RocksDB or the changelog)
-            # implies its START and terminal event were acknowledged, so a replayed RunStarted of
-            # an ended run may skip its START and a run's last event is always its terminal one
-            waiting = time.monotonic()
-            try:
-                await self.sender.flush()
-            except DeliveryError as e:
-                log.critical("%s; exiting without acking the batch (it will be processed again)", e)
-                os._exit(EX_SEND_FAILED)
-            acked = time.monotonic()
-            if acked - waiting >= SLOW_FLUSH_SECONDS:
-                self.slow_flush_ended_at = acked  # the queue was held back (catch_up_tails)
-            token = faust_private.set_current_event(None)
-            try:
-                self.write_overlay()
-            finally:
-                self.overlay.clear()
-                self.marks.take_batch()
-                faust_private.reset_current_event(token)
-            last_input: dict[int, int] = {}  # input partition -> the batch's last offset
-            with self.sa.app.consumer.agent_acks():  # type: ignore[attr-defined]
-                for event in events:
-                    await stream.ack(event)
-                    msg = event.message
-                    if msg.offset > last_input.get(msg.partition, -1):
-                        last_input[msg.partition] = msg.offset
-            for input_partition, log_offsets in positions.items():
-                self.committed_log.note_acked(input_partition, last_input[input_partition], log_offsets)
-            m.RETAINED.set(self.retention.retained)
-            elapsed = time.perf_counter() - started
-            self.flush_seconds += elapsed
-            m.BATCH_SECONDS.set(elapsed)
-            log.debug("batch of %d records flushed in %.3f s", len(events), elapsed)
+            await self.checkpoint_locked()
 
-    def handle_event(self, event: Any) -> None:
-        """Process one record, unless its log partition's mark says it was applied before."""
-        msg = event.message
-        headers = msg.headers
-        log_partition = int_header(headers, wire.HEADER_PARTITION)
-        log_offset = int_header(headers, wire.HEADER_OFFSET)
-        if log_partition is None or log_offset is None:  # no position in its headers: no mark to judge by
-            self.handle_record(event, log_partition, log_offset)
-            return
-        if self.judge_mark(msg.partition, log_partition, log_offset) is Verdict.DUPLICATE:
-            return
-        self.handle_record(event, log_partition, log_offset)
-        # applied, a replay, or refused to the errors topic: it has had its effect
-        self.marks.applied(msg.partition, log_partition, log_offset, event)
-
-    def handle_record(self, event: Any, log_partition: int | None, log_offset: int | None) -> None:
-        msg = event.message
+    async def checkpoint_locked(self) -> None:
+        batch, self.batch = self.batch, Batch()
         try:
-            record = codec.decode(event.value, log_partition, log_offset)
-        except DecodeError as e:  # undecodable, or invalid_time (naming the field)
-            self.reject(event, e.error_reason, str(e))
-            return
-        m.record_counter(type(record).__name__).inc()
-        log_offsets = self.batch_positions.get(msg.partition)
-        if log_offsets is None:
-            log_offsets = self.batch_positions[msg.partition] = {}
-        if record.offset > log_offsets.get(record.partition, -1):
-            log_offsets[record.partition] = record.offset
-        self.evict(record.partition, epoch_millis(record.append_time), event)
-        try:
-            step = apply(record, self.cfg, self.lookup, msg.partition)
-        except StreamInputError as e:
-            self.reject(event, e.reason, str(e))
-            return
-        if self.too_large(event, record, step):
-            return
-        if step.write is not None:
-            self.put(step.key, step.write, event)
-            if isinstance(record, RunEnded) and step.write.end is not None:
-                self.retention.note_finished(record.partition, step.write.end.end_ms, record.offset, step.key)
-        if step.replay:
-            m.REPLAYS.inc()
-        if step.parent_not_visible:
-            self.note_parent_not_visible(record)
-        if step.job_path_too_long:
-            m.JOB_PATH_TOO_LONG.inc()
-        if step.job_path_too_long and not self.path_warned:
-            self.path_warned = True
-            log.warning(
-                "run %s (log partition %d, offset %d): its job path would exceed %d bytes; named by a new "
-                "path of its own, without a parent edge (job_path_too_long_total counts them; logged once "
-                "per worker)",
-                record.engine_run_id,
-                record.partition,
-                record.offset,
-                MAX_JOB_PATH_BYTES,
-            )
-        for out in step.outputs:
-            headers: Headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
-            self.sender.send(self.settings.output_topic, out.key, out.value, headers)
-            m.event_counter(out.event_type).inc()
+            await self.checkpoint.run(batch)
+        except Exception as e:  # not caught to go on: the process ends here
+            exit_on_unexpected("checkpointing a batch", e)
 
-    async def refresh_committed(self, offsets_of: m.InputOffsets) -> None:
-        """Ask the broker which input offsets the group has committed (the only safe truth)."""
+    # ------------------------------------------------------------------ rebalances
+
+    async def on_partitions_revoked(self) -> None:
+        """Checkpoint the batch before the partitions go (faust suspended the stream already); forget
+        the ledgers."""
+        async with self.lock:
+            await self.checkpoint_locked()
+            self.input.revoked()
+            self.table.rescan_needed = True
+
+    async def on_partitions_assigned(self) -> None:
+        owned = sorted(tp.partition for tp in self.owned_input_tps())
+        check_assignment(self.settings.input_topic, owned, self.sa.partitions)  # the input grew: leave
+        try:
+            await self.input.assign(owned)
+        except Exception as e:  # the broker did not say where the group stands: nothing is safe to take
+            exit_on_unexpected(f"reading the committed offsets of input partitions {owned}", e)
+
+    # ------------------------------------------------------------------ evictions
+
+    async def refresh_committed(self) -> None:
+        """Ask the broker which input offsets the group has committed (gates evictions)."""
         owned = sorted(tp.partition for tp in self.owned_input_tps())
         if not owned:
             return
         try:
-            offsets = await offsets_of.committed(owned)
+            offsets = await self.input_offsets.committed(owned)
         except KafkaException as e:
             log.warning("could not read the group's committed offsets (evictions wait): %s", e)
             return
         for partition, offset in offsets.items():
-            self.committed_log.note_committed(partition, offset)
+            self.table.committed_log.note_committed(partition, offset)
 
-    def note_parent_not_visible(self, record: Record) -> None:
-        m.PARENT_NOT_VISIBLE.inc()
-        if not self.parent_warned:
-            self.parent_warned = True
-            log.warning(
-                "run %s (log partition %d, offset %d): its parent's identity or job path is neither on its "
-                "record nor in this worker's state: emitted without a parent edge, named as a root "
-                "(parent_not_visible_total counts them; logged once per worker)",
-                record.engine_run_id,
-                record.partition,
-                record.offset,
-            )
+    # ------------------------------------------------------------------ --until-idle
+
+    async def input_positions(
+        self, partitions: list[int]
+    ) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+        """The watermarks of `partitions` and the group's committed offsets on the broker; the commits
+        are read first: a commit at or past an end offset read after it covers every record there was."""
+        committed = await self.input_offsets.committed(partitions)
+        bounds = await self.input_offsets.bounds(partitions)
+        return bounds, committed
+
+    def settled(self) -> bool:
+        return not (self.stopping or self.sa.app.rebalancing or self.batch.size or self.tracker.rebalancing)
+
+    async def check_idle(self) -> None:
+        """Stop the worker (exit 0) once every assigned input partition is processed and committed.
+
+        The truth is the group's committed offsets on the broker: a partition committed to its end is
+        done, even when this process never took one of its records. A partition behind is done once
+        this process took and stored every record of it (or the broker shows the rest empty: the
+        markers of the last transaction) and the commit that follows reached the end. Nothing is
+        decided during a rebalance, with records taken but not checkpointed, or when the assignment
+        changed while the broker was asked.
+        """
+        tps = self.owned_input_tps()
+        if not tps or not self.settled():
+            return
+        partitions = sorted(tp.partition for tp in tps)
+        try:
+            bounds, committed = await self.input_positions(partitions)
+            late = behind(bounds, committed)
+            if late:
+                for partition in late:
+                    if not await self.input.taken_to_end(partition, bounds[partition][1]):
+                        return
+                await self.run_checkpoint()
+                bounds, committed = await self.input_positions(partitions)
+                if not consumed_to_end(bounds, committed):
+                    return
+        except KafkaException as e:
+            log.warning("--until-idle: could not read the input's offsets (asking again): %s", e)
+            return
+        if not self.settled() or self.owned_input_tps() != tps:
+            return  # the assignment or the batch changed while the broker was asked: decide again
+        self.stopping = True
+        self.tracker.stopping = True
+        log.info(
+            "input consumed to its end, every send acknowledged and offsets committed: stopping "
+            "(%.1f s processing records, %.1f s in checkpoints)",
+            self.busy_seconds,
+            self.checkpoint.seconds,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def describe_input(self) -> str:
+        return self.input.describe()
+
+
+class _LazyProducer:
+    """faust's producer, looked up when flushed (the app creates it on start)."""
+
+    def __init__(self, sa: m.StreamApp) -> None:
+        self.sa = sa
+
+    async def flush(self) -> None:
+        await self.sa.app.producer.flush()
 
 
 def attach(sa: m.StreamApp) -> StreamWorker:
-    """Register the agent, the rebalance hook and the idle timer on the app."""
+    """Register the agent, the rebalance hooks and the timers on the app."""
     input_offsets = m.InputOffsets(sa.settings.connection, sa.settings.app_id, sa.settings.input_topic)
     sender = Sender(sa.settings.connection, topics.producer_size_config(sa.settings.max_event_bytes))
     worker = StreamWorker(sa, sender, input_offsets)
     app = sa.app
+    faust_private.keep_no_read_offsets(app.consumer, sa.settings.input_topic)
+    batch_size = sa.settings.batch_size
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
-        # acks are manual: an event is acked only after its batch's sends were acknowledged
-        stream.enable_acks = False
-        worker.stream = stream
         async for event in stream.events():
-            if event.message.partition >= sa.partitions:  # the input grew since the start: leave
-                check_assignment(sa.settings.input_topic, [event.message.partition], sa.partitions)
+            msg = event.message
+            if msg.partition >= sa.partitions:  # the input grew since the start: leave
+                check_assignment(sa.settings.input_topic, [msg.partition], sa.partitions)
             try:
-                if not await worker.admit(event):
+                if not await worker.input.admit(msg.partition, msg.offset):
                     continue
                 async with worker.lock:
                     token = faust_private.set_current_event(None)
@@ -298,44 +264,51 @@ def attach(sa: m.StreamApp) -> StreamWorker:
                         faust_private.reset_current_event(token)
             except Exception as e:  # not caught to go on: the process ends here
                 exit_on_unexpected(_where(event), e)
-            if len(worker.batch) >= sa.settings.batch_size:
-                await worker.flush_batch(stream)
+            if worker.batch.size >= batch_size:
+                await worker.run_checkpoint()
 
     async def flush_quiet_batch() -> None:
-        # a batch younger than batch_within waits for more records; an older one is flushed
-        quiet = time.monotonic() - worker.batch_started >= sa.settings.batch_within
-        if worker.stream is not None and worker.batch and quiet:
-            await worker.flush_batch(worker.stream)
+        # a batch younger than batch_within waits for more records; an older one is checkpointed
+        batch = worker.batch
+        if batch.size and time.monotonic() - batch.started >= sa.settings.batch_within:
+            await worker.run_checkpoint()
 
     app.timer(sa.settings.batch_within / 2)(flush_quiet_batch)
 
+    async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
+        await worker.on_partitions_revoked()
+
+    async def on_assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
+        await worker.on_partitions_assigned()
+
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
-        worker.rescan_needed = True
         owned = sorted(tp.partition for tp in worker.owned_input_tps())
         log.info("rebalance complete: input partitions %s", owned)
         check_assignment(sa.settings.input_topic, owned, sa.partitions)
 
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
+    app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
+
     async def committed_timer() -> None:
-        await worker.refresh_committed(input_offsets)
+        await worker.refresh_committed()
 
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
 
     async def reread_timer() -> None:
-        await worker.retry_rereads()
+        await worker.input.retry_rereads()
 
     app.timer(1.0)(reread_timer)
 
     async def tail_timer() -> None:  # its own timer: the broker's answers may take seconds
-        await worker.catch_up_tails()
+        await worker.input.catch_up_tails()
 
     app.timer(1.0)(tail_timer)
-
-    app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 
     if sa.settings.until_idle:
 
         async def idle_timer() -> None:
-            await worker.check_idle(input_offsets.bounds)
+            await worker.check_idle()
 
         app.timer(sa.settings.idle_check_interval)(idle_timer)
 

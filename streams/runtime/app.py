@@ -28,7 +28,6 @@ from olstream.shared.kafka_clients import (
 )
 from olstream.shared.kafka_settings import Replication
 from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
-from olstream.streams.runtime.consumer import use_worker_consumer
 from olstream.streams.runtime.topology import TABLE_NAME, match_changelog
 from olstream.streams.settings import WorkerSettings
 
@@ -135,7 +134,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         producer_max_request_size=settings.max_event_bytes + topics.MESSAGE_HEADROOM_BYTES,
         consumer_max_fetch_size=max(1_048_576, settings.max_event_bytes + topics.MESSAGE_HEADROOM_BYTES),
         consumer_auto_offset_reset="earliest",
-        stream_wait_empty=True,  # a rebalance waits until every taken event is acked (batches flush in 0.1 s)
+        stream_wait_empty=True,  # faust's rebalance waits for its own acks (none on the input: acks=False)
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout,
@@ -144,7 +143,6 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_serializer="raw",
         value_serializer="raw",
     )
-    use_worker_consumer(app, settings.input_topic)
     input_topic = app.topic(
         settings.input_topic,
         key_type=bytes,
@@ -153,6 +151,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         value_serializer="raw",
         partitions=partitions,
         internal=False,
+        acks=False,  # faust never acks, gap-fills or commits the input: the worker's checkpoint does
     )
     output_topic = app.topic(
         settings.output_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"

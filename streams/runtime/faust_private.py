@@ -1,22 +1,15 @@
 """Every private name of faust-streaming the worker's runtime relies on, in one place.
 
-The worker keeps its own ledger per assigned input partition (``olstream.streams.input_ledger``)
-because faust's read-offset and gap bookkeeping goes stale around rebalances; replacing that
-bookkeeping for the input topic, and processing records in batches outside faust's own
-stream loop, needs names that are not faust's public API (underscored attributes, internal
-modules and classes). The runtime (``agent.py``, ``consumer.py``, ``app.py``) reaches each of
-them through this module only; each is declared in :data:`USED` or :data:`OVERRIDDEN`, with
-why olstream needs it.
+The worker commits its input itself: faust reads the input topic for it (declared with faust's
+public ``acks=False``, so faust tracks no acks, gaps or commits for it), and the worker's checkpoint
+(``olstream.streams.runtime.checkpoint``) commits the processed prefix of each input partition.
+What no public API of faust 0.15 serves is reached through this module only, each entry of
+:data:`ALL_NAMES` saying why. The runtime overrides no faust method and subclasses no faust class.
 
-Overrides of faust's methods stay in their subclass (``WorkerConsumer``, ``WorkerTransport`` in
-``consumer.py``): :data:`OVERRIDDEN` names them with the faust class they override.
-
-:func:`missing_private_names` checks every declared name against the installed faust-streaming
-(the runtime uses no private name of aiokafka directly: it reaches aiokafka through faust's driver),
+:func:`missing_private_names` checks every declared name against the installed faust-streaming,
 ``tests/unit/streams/runtime/test_faust_private.py`` fails naming each one a faust upgrade removed,
 and :func:`check_faust_private_names` is the same check for a worker's start. Importing this module
-needs only faust's aiokafka driver module and its ``Consumer`` and ``Transport`` classes (the
-runtime's classes extend them); every other name is looked up when used, so the check can report it.
+needs no private name: each is looked up when used, so the check can report it.
 """
 
 from __future__ import annotations
@@ -24,22 +17,15 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import weakref
-from collections.abc import Iterable, Mapping, MutableMapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Mapping
 from contextvars import Token
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import faust.streams
-import faust.types.tuples
-from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP, EventT
 from faust.types.transports import ConsumerT
-from mode.utils.futures import notify
 
 from olstream.shared.errors import ConfigError
-
-if TYPE_CHECKING:
-    from faust.transport.consumer import Consumer as _FaustConsumer
 
 
 class PrivateName(NamedTuple):
@@ -48,86 +34,37 @@ class PrivateName(NamedTuple):
     module: str
     qualname: str
     instance: bool = False  # an attribute faust's __init__ sets (declared by an annotation on the class)
-    overridden_by: str = ""  # the olstream class that overrides it (OVERRIDDEN only)
 
     def __str__(self) -> str:
         return f"{self.module}.{self.qualname}"
 
 
 _CONSUMER = "faust.transport.consumer"  # faust's base consumer and its thread-delegating subclass
-_DRIVER = "faust.transport.drivers.aiokafka"  # faust's aiokafka driver
 
-USED: tuple[PrivateName, ...] = (
-    # the aiokafka driver's consumer and transport: WorkerConsumer and WorkerTransport extend them, as
-    # faust offers no other way to put the worker's own commit bookkeeping into its consumer
-    PrivateName(_DRIVER, "Consumer"),
-    PrivateName(_DRIVER, "Transport"),
+ALL_NAMES: tuple[PrivateName, ...] = (
     # the context variable holding the event being processed: faust routes a table read or write to
-    # that event's partition (RocksDB partition DB and changelog partition). The agent processes
-    # records in batches and writes a batch's state after its sends were acknowledged, each change
-    # under the event that made it, so it sets the variable itself (set_current_event)
+    # that event's partition (RocksDB partition DB and changelog partition), and offers only a getter
+    # (faust.current_event). The checkpoint writes a batch's state after its sends were acknowledged,
+    # each change under the event that made it, so it sets the variable itself (set_current_event)
     PrivateName("faust.streams", "_current_event"),
-    # the RocksDB store's raw get: one read of raw bytes in the current event's partition per lookup
-    # (Table.get would check membership first, a second read); also tells whether a finished run
-    # to evict is still stored (raw_get)
+    # the RocksDB store's raw get: one read of raw bytes in the current event's partition per lookup;
+    # the public Table.get checks membership first, a second read on the hot path (raw_get)
     PrivateName("faust.stores.rocksdb", "Store._get"),
-    # the lock faust's Consumer.ack and Message.ack hold for the acked test-and-set and the
-    # consumer's ack bookkeeping: WorkerConsumer.ack does that bookkeeping itself, under the same lock
-    PrivateName("faust.types.tuples", "ack_lock"),
-    # faust's read offsets: it drops a fetched record below its read offset as already read and counts
-    # the offsets between two fetched records as a gap to commit over; read offsets written back after
-    # a revocation dropped a new owner's records. WorkerConsumer replaces the mapping with one that
-    # never keeps any for the input topic (the ledger does that job) (replace_read_offsets)
+    # commit given offsets of the group's consumer (on faust's consumer thread, where aiokafka's
+    # consumer lives): faust's public Consumer.commit commits only its own ack bookkeeping, which
+    # acks=False leaves empty for the input (commit_offsets)
+    PrivateName(_CONSUMER, "ThreadDelegateConsumer._commit"),
+    # faust's read offsets: its fetch loop drops a fetched record below its partition's read offset,
+    # and writes a read offset back after delivering a record even when the partition was revoked and
+    # sought meanwhile, which dropped a new owner's records. For the input topic the worker's own
+    # ledger decides what is taken, so the mapping keeps none for it (keep_no_read_offsets)
     PrivateName(_CONSUMER, "Consumer._read_offset", instance=True),
-    # the records taken and not yet acked, which a rebalance waits for (stream_wait_empty): an input
-    # record the agent acked, or one faust's stream dropped, leaves it (forget_unacked); an input
-    # partition with none of its records in it has nothing on the way to the agent (unacked_partitions)
-    PrivateName(_CONSUMER, "Consumer._unacked_messages", instance=True),
-    # acks counted towards broker_commit_every: the agent's acks on the input count as faust's do (count_ack)
-    PrivateName(_CONSUMER, "Consumer._n_acked", instance=True),
-    # the future wait_empty arms for the next ack: an agent's ack wakes it as faust's ack does (count_ack)
-    PrivateName(_CONSUMER, "Consumer._waiting_for_ack", instance=True),
-    # seek on faust's consumer thread (where aiokafka's consumer lives) and wait until aiokafka's
-    # position is there: an input partition is read again from a hole, and one the group never
-    # committed is sought to its earliest offset (aiokafka leaves it where its fetcher stopped) (seek_wait)
-    PrivateName(_CONSUMER, "ThreadDelegateConsumer.seek_wait"),
-    # the earliest offsets of input partitions the group never committed, asked on faust's consumer
-    # thread (earliest_offsets)
-    PrivateName(_CONSUMER, "ThreadDelegateConsumer.earliest_offsets"),
+    # mode's SIGUSR1 handler (it prints every thread and task): StreamWorkerProcess (app.py) overrides
+    # it to log where the worker reads each input partition first; mode has no public hook for it
+    PrivateName("mode.worker", "Worker._on_sigusr1"),
 )
-
-_WORKER_CONSUMER = "olstream.streams.runtime.consumer.WorkerConsumer"
-_WORKER_TRANSPORT = "olstream.streams.runtime.consumer.WorkerTransport"
-
-OVERRIDDEN: tuple[PrivateName, ...] = (
-    # the partitions faust's commit considers: faust's lists only those with acks in its own
-    # bookkeeping; WorkerConsumer adds every input partition that has a ledger
-    PrivateName(_CONSUMER, "Consumer._filter_tps_with_pending_acks", overridden_by=_WORKER_CONSUMER),
-    # a partition's next offset to commit: faust's is its acked offsets plus the gaps it believes it
-    # saw; for the input topic WorkerConsumer's is its ledger's (acked or absent offsets, in order)
-    PrivateName(_CONSUMER, "Consumer._new_offset", overridden_by=_WORKER_CONSUMER),
-    # faust records the offsets between two fetched records as a gap to commit over; on the input
-    # topic WorkerConsumer records none (what lies between is the ledger's business)
-    PrivateName(_CONSUMER, "Consumer._add_gap", overridden_by=_WORKER_CONSUMER),
-    # faust's consumer seeks every assigned partition to its committed offset here (on each
-    # assignment); WorkerConsumer restarts each input partition's ledger at that offset
-    PrivateName(_CONSUMER, "ThreadDelegateConsumer.seek_to_committed", overridden_by=_WORKER_CONSUMER),
-    # ConsumerT methods, listed as the ledger depends on them: an ack on the input topic marks an
-    # offset only when it is the agent's (faust's stream also acks records it drops), and a
-    # rebalance drops the ledgers of partitions no longer assigned
-    PrivateName(_CONSUMER, "Consumer.ack", overridden_by=_WORKER_CONSUMER),
-    PrivateName(_CONSUMER, "Consumer.on_partitions_revoked", overridden_by=_WORKER_CONSUMER),
-    PrivateName(_CONSUMER, "Consumer.on_partitions_assigned", overridden_by=_WORKER_CONSUMER),
-    # the consumer class the aiokafka transport creates: WorkerTransport's is WorkerConsumer
-    PrivateName(_DRIVER, "Transport.Consumer", overridden_by=_WORKER_TRANSPORT),
-)
-
-ALL_NAMES: tuple[PrivateName, ...] = USED + OVERRIDDEN
 
 # ---------------------------------------------------------------------- the names, as the runtime uses them
-
-AiokafkaConsumer = _aiokafka_driver.Consumer
-AiokafkaTransport = _aiokafka_driver.Transport
 
 
 def set_current_event(event: EventT[Any] | None) -> Token[weakref.ReferenceType[EventT[Any]] | None]:
@@ -149,43 +86,35 @@ def raw_get(store: Any, key: bytes) -> bytes | None:
     return raw
 
 
-def ack_lock() -> AbstractContextManager[bool]:
-    """The lock faust holds while it marks a message acked and updates the consumer's ack bookkeeping."""
-    return faust.types.tuples.ack_lock
+async def commit_offsets(consumer: ConsumerT, offsets: Mapping[TP, int]) -> bool:
+    """Commit `offsets` (the next offset to read of each partition) for the consumer's group; False
+    when faust's consumer did not (a rebalance took the partitions: their next owner reads again)."""
+    return bool(await consumer._commit(offsets))  # type: ignore[attr-defined]
 
 
-def replace_read_offsets(consumer: ConsumerT, read_offsets: MutableMapping[TP, int | None]) -> None:
-    """Give the consumer the mapping faust keeps its read offsets in."""
-    cast("_FaustConsumer", consumer)._read_offset = read_offsets
+class ReadOffsetsWithoutInput(dict[Any, int | None]):
+    """faust's read offsets, never any for one topic (faust's fetch loop then drops none of its records)."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self._topic = topic
+
+    def __missing__(self, key: Any) -> None:
+        return None
+
+    def __getitem__(self, key: Any) -> int | None:
+        if key.topic == self._topic:
+            return None
+        return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: int | None) -> None:
+        if key.topic != self._topic:
+            super().__setitem__(key, value)
 
 
-def forget_unacked(consumer: ConsumerT, message: Any) -> None:
-    """The message is no longer one a rebalance waits for."""
-    cast("_FaustConsumer", consumer)._unacked_messages.discard(message)
-
-
-def unacked_partitions(consumer: ConsumerT, topic: str) -> set[int]:
-    """The partitions of `topic` with records taken from the consumer and not yet acked."""
-    messages = list(cast("_FaustConsumer", consumer)._unacked_messages)  # a WeakSet: copied first
-    return {message.tp.partition for message in messages if message.tp.topic == topic}
-
-
-def count_ack(consumer: ConsumerT) -> None:
-    """Count an ack towards broker_commit_every and wake whoever waits for the next ack, as faust's ack."""
-    faust_consumer = cast("_FaustConsumer", consumer)
-    faust_consumer._n_acked += 1
-    notify(faust_consumer._waiting_for_ack)
-
-
-async def seek_wait(consumer: ConsumerT, offsets: Mapping[TP, int]) -> None:
-    """Seek partitions on faust's consumer thread and wait until the seeks are done (raises aiokafka's
-    IllegalStateError for a partition no longer assigned)."""
-    await consumer.seek_wait(offsets)
-
-
-async def earliest_offsets(consumer: ConsumerT, *tps: TP) -> Mapping[TP, int]:
-    """The earliest offsets of the partitions, asked on faust's consumer thread."""
-    return await consumer.earliest_offsets(*tps)
+def keep_no_read_offsets(consumer: ConsumerT, topic: str) -> None:
+    """Give the consumer read offsets that keep none for `topic` (before its fetch loop starts)."""
+    consumer._read_offset = ReadOffsetsWithoutInput(topic)  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------- the check

@@ -1,6 +1,6 @@
 """The worker's error records: a record that cannot be applied goes to the errors topic, bounded.
 
-A mixin of `StreamWorker` (agent.py), kept apart for its size. The value is the input record, or
+The value is the input record, or
 for `too_large` the event that was too large; a value above `deadletter.COPY_LIMIT` is cut to its
 first bytes, with its size and digest in headers (`deadletter.bounded_copy`).
 """
@@ -31,8 +31,11 @@ def int_header(headers: Any, name: str) -> int | None:
 
 
 class ErrorRecords:
-    settings: WorkerSettings
-    sender: Sender
+    """Sends the records that cannot be applied to the errors topic, with the reason in headers."""
+
+    def __init__(self, settings: WorkerSettings, sender: Sender) -> None:
+        self.settings = settings
+        self.sender = sender
 
     def too_large(self, event: Any, record: Record, step: Step) -> bool:
         """Refuse a record whose event, or whose run's state, would exceed --max-event-bytes."""

@@ -11,18 +11,18 @@ from typing import Any
 
 from olstream.cli.main import main
 from olstream.contract.records import Record
-from olstream.streams.runtime import agent
+from olstream.streams.runtime import record_step
 
 
 def inject(run_id: str) -> None:
-    real = agent.apply
+    real = record_step.apply
 
     def failing(record: Record, *args: Any) -> Any:
         if record.engine_run_id == run_id:
             raise RuntimeError(f"injected fault on run {run_id}")
         return real(record, *args)
 
-    agent.apply = failing  # type: ignore[assignment]
+    record_step.apply = failing  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

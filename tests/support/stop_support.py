@@ -11,7 +11,7 @@ monkeypatches one function of the service to block forever, then runs the comman
 
 - `worker-block`: `StreamWorker.add` blocks the event loop (a synchronous call that never returns)
   on the record at input partition P, offset O;
-- `worker-await`: `StreamWorker.admit` never returns on that record, while the event loop runs on
+- `worker-await`: `InputOrder.admit` never returns on that record, while the event loop runs on
   (an agent that never returns, even when cancelled: faust's stop waits for it);
 - `source-flush`: the source's flush to Kafka never returns (the flush of a stop);
 - `sink-admit`: the sink blocks its event loop on the first event it consumes.
@@ -138,15 +138,17 @@ def _stick_worker(kind: str, partition: int, offset: int) -> None:
 
         StreamWorker.add = blocking_add  # type: ignore[method-assign]
     else:
-        admit = StreamWorker.admit
+        from olstream.streams.runtime.input_order import InputOrder
 
-        async def never_admit(self: StreamWorker, event: Any) -> bool:
-            if chosen(event):
-                _mark(f"in StreamWorker.admit at partition {partition} offset {offset}")
+        admit = InputOrder.admit
+
+        async def never_admit(self: InputOrder, at_partition: int, at_offset: int) -> bool:
+            if (at_partition, at_offset) == (partition, offset):
+                _mark(f"in InputOrder.admit at partition {partition} offset {offset}")
                 await _await_forever()
-            return await admit(self, event)
+            return await admit(self, at_partition, at_offset)
 
-        StreamWorker.admit = never_admit  # type: ignore[method-assign]
+        InputOrder.admit = never_admit  # type: ignore[method-assign]
 
 
 def _stick_source() -> None:

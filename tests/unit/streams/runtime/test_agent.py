@@ -1,9 +1,11 @@
-"""The worker's batch order (``streams/runtime/agent.py``): send, flush, store, ack; admission; eviction.
+"""The worker's checkpoint order (``streams/runtime/agent.py``, ``checkpoint.py``): send, flush, store,
+changelog flush, commit; admission; eviction.
 
-The agent loop registered by ``attach`` runs against fakes: a faust app that only collects the agent
-and its timers, a consumer with input ledgers that records acks, a dict-like table, a sender that
-records sends and flushes (and can fail), and the broker's offsets as the test sets them. Every
-fake appends to one shared trace, so the tests can check the order across them.
+The agent loop registered by ``attach`` runs against fakes: a faust app that only collects the agent,
+its timers and its rebalance hooks, a consumer that records seeks and commits, faust's producer that
+records changelog flushes, a dict-like table, a sender that records sends and flushes (and can fail),
+and the broker's offsets as the test sets them. Every fake appends to one shared trace, so the tests
+can check the order across them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -26,10 +27,10 @@ from faust.types import TP
 from olstream.contract import codec, topics, wire
 from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
-from olstream.shared.errors import DeliveryError
-from olstream.streams.input_ledger import InputLedger
+from olstream.shared.errors import DeliveryError, ExitCode
+from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
-from olstream.streams.runtime import agent, input_order
+from olstream.streams.runtime import agent, checkpoint, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.settings import WorkerSettings
@@ -43,8 +44,8 @@ ERRORS = "olstream.stream.errors"
 RETENTION_MS = 60_000
 
 # one entry per observable step: ("send", topic, event type or None, engine run id or None),
-# ("flush",), ("set" | "del", engine run id, input partition of the current event),
-# ("ack", input partition, offset, counted), ("seek", input partition, offset)
+# ("flush",), ("set" | "del", engine run id, input partition of the current event), ("changelog",),
+# ("commit", input partition, offset), ("seek", input partition, offset)
 Trace = list[tuple[Any, ...]]
 
 
@@ -153,51 +154,42 @@ class FakeTable:
 
 
 class FakeConsumer:
-    """The worker consumer's surface the agent uses; acks count only inside agent_acks (as WorkerConsumer)."""
+    """The faust consumer's surface the worker uses: assignment, seeks, the private commit."""
 
     def __init__(self, trace: Trace, partitions: tuple[int, ...]) -> None:
         self.trace = trace
         self.assigned = {TP(INPUT, p) for p in partitions}
-        self.ledgers: dict[int, InputLedger] = {}
-        self.acking = False
-        self._unacked_messages: set[FakeMessage] = set()  # taken and not yet acked (faust's own set)
+        self.commit_ok = True
+        self._read_offset: Any = None  # faust_private.keep_no_read_offsets replaces it
 
     def assignment(self) -> set[TP]:
         return set(self.assigned)
 
-    @contextmanager
-    def agent_acks(self) -> Iterator[None]:
-        self.acking = True
-        try:
-            yield
-        finally:
-            self.acking = False
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.trace.append(("seek", tp.partition, offset))
 
-    def ack(self, message: FakeMessage) -> None:
-        message.acked = True
-        ledger = self.ledgers.get(message.partition)
-        if self.acking and ledger is not None:
-            ledger.note_acked(message.offset)
-        self.trace.append(("ack", message.partition, message.offset, self.acking))
+    async def _commit(self, offsets: dict[TP, int]) -> bool:
+        for tp, offset in sorted(offsets.items()):
+            self.trace.append(("commit", tp.partition, offset))
+        return self.commit_ok
 
-    async def read_input_again(self, partition: int, offset: int) -> None:
-        self.trace.append(("seek", partition, offset))
+
+class FakeProducer:
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    async def flush(self) -> None:
+        self.trace.append(("changelog",))
 
 
 class FakeStream:
-    def __init__(self, consumer: FakeConsumer) -> None:
-        self.consumer = consumer
-        self.enable_acks = True
+    def __init__(self) -> None:
         self.pending: list[FakeEvent] = []
 
     async def events(self) -> AsyncIterator[FakeEvent]:
         pending, self.pending = self.pending, []
         for event in pending:
             yield event
-
-    async def ack(self, event: FakeEvent) -> bool:
-        self.consumer.ack(event.message)
-        return True
 
 
 @dataclass
@@ -207,6 +199,7 @@ class FakeInputOffsets:
     committed_offsets: dict[int, int] = field(default_factory=dict)
     first_from: dict[tuple[int, int], int | None] = field(default_factory=dict)
     end_offsets: dict[int, int] = field(default_factory=dict)
+    low_offsets: dict[int, int] = field(default_factory=dict)
 
     async def committed(self, partitions: list[int]) -> dict[int, int]:
         return {p: o for p, o in self.committed_offsets.items() if p in partitions}
@@ -215,7 +208,7 @@ class FakeInputOffsets:
         return self.first_from[(partition, offset)]
 
     async def bounds(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        return {p: (0, self.end_offsets[p]) for p in partitions}
+        return {p: (self.low_offsets.get(p, 0), self.end_offsets.get(p, 0)) for p in partitions}
 
 
 class FakeSignal:
@@ -229,12 +222,15 @@ class FakeSignal:
 class FakeApp:
     """Only what attach() touches: it registers the agent and timers, the worker reads the consumer."""
 
-    def __init__(self, consumer: FakeConsumer) -> None:
+    def __init__(self, consumer: FakeConsumer, producer: FakeProducer) -> None:
         self.consumer = consumer
+        self.producer = producer
         self.rebalancing = False
         self.agents: list[Callable[[Any], Awaitable[None]]] = []
         self.timers: dict[str, Callable[[], Awaitable[None]]] = {}
         self.on_rebalance_complete = FakeSignal()
+        self.on_partitions_revoked = FakeSignal()
+        self.on_partitions_assigned = FakeSignal()
 
     def agent(self, channel: Any, **kwargs: Any) -> Callable[[Any], Any]:
         def register(fn: Callable[[Any], Awaitable[None]]) -> Any:
@@ -276,16 +272,18 @@ class Rig:
         self.loop = loop
         self.trace: Trace = []
         self.consumer = FakeConsumer(self.trace, partitions)
-        for p in partitions:  # as seek_to_committed leaves them
-            self.consumer.ledgers[p] = InputLedger((bases or {}).get(p, 0))
         self.table = FakeTable(self.trace)
         self.sender = FakeSender(self.trace)
-        self.offsets = FakeInputOffsets()
-        self.app = FakeApp(self.consumer)
-        self.stream = FakeStream(self.consumer)
+        # the group committed every partition at 0 unless the test says otherwise
+        self.offsets = FakeInputOffsets(
+            committed_offsets=dict({p: 0 for p in partitions} if bases is None else bases)
+        )
+        self.app = FakeApp(self.consumer, FakeProducer(self.trace))
+        self.stream = FakeStream()
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
+        monkeypatch.setattr(checkpoint, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
             batch_size=batch_size,
             batch_within=0.0,
@@ -303,6 +301,15 @@ class Rig:
         )
         self.worker = agent.attach(sa)
         [self.process] = self.app.agents
+        self.rebalance(assigned=partitions)  # as faust's first assignment: ledgers at the commits
+
+    def rebalance(self, assigned: tuple[int, ...]) -> None:
+        """A rebalance as faust runs it: the revocation hook, then the assignment hook."""
+        [revoked] = self.app.on_partitions_revoked.receivers
+        [on_assigned] = self.app.on_partitions_assigned.receivers
+        self.loop.run_until_complete(revoked(self.app))
+        self.consumer.assigned = {TP(INPUT, p) for p in assigned}
+        self.loop.run_until_complete(on_assigned(self.app))
 
     @staticmethod
     def _exit(code: int) -> None:
@@ -330,12 +337,16 @@ def kinds(trace: Trace) -> list[str]:
     return [step[0] for step in trace]
 
 
-def counted_acks(trace: Trace, partition: int) -> list[int]:
-    return [s[2] for s in trace if s[0] == "ack" and s[1] == partition and s[3]]
+def commits(trace: Trace, partition: int) -> list[int]:
+    return [s[2] for s in trace if s[0] == "commit" and s[1] == partition]
 
 
-def released(trace: Trace) -> list[tuple[int, int]]:
-    return [(s[1], s[2]) for s in trace if s[0] == "ack" and not s[3]]
+def sends(trace: Trace) -> list[str]:
+    return [s[3] for s in trace if s[0] == "send"]
+
+
+def seeks(trace: Trace) -> list[tuple[Any, ...]]:
+    return [s for s in trace if s[0] == "seek"]
 
 
 @pytest.fixture
@@ -350,10 +361,11 @@ def later(minutes: float) -> datetime:
 # ---------------------------------------------------------------------------- batch order
 
 
-def test_a_batch_sends_in_record_order_then_flushes_then_stores_then_acks(
+def test_a_checkpoint_flushes_the_sends_then_stores_then_flushes_the_changelog_then_commits(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, batch_size=4)
+    rig.take()
     rig.feed(
         event_of(started("r1", offset=0), 0, 0),
         event_of(started("r2", offset=1, instance="i2"), 0, 1),
@@ -370,80 +382,98 @@ def test_a_batch_sends_in_record_order_then_flushes_then_stores_then_acks(
         ("set", "0:r1", 0),  # one write per run, coalesced over the batch
         ("set", "0:r2", 0),
         ("set", "hwm:0:0", 0),  # then the log partition's mark, in the same partition
-        ("ack", 0, 0, True),
-        ("ack", 0, 1, True),
-        ("ack", 0, 2, True),
-        ("ack", 0, 3, True),
+        ("changelog",),
+        ("commit", 0, 4),  # the processed prefix, once
     ]
-    assert rig.consumer.ledgers[0].advance() == 4
-    assert not rig.worker.batch and not rig.worker.overlay and not rig.worker.marks.batch
+    assert not rig.worker.batch.size and not rig.worker.table.overlay and not rig.worker.table.marks.batch
     assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(3)
 
 
-def test_nothing_is_stored_or_acked_before_the_batch_is_flushed(rig: Rig) -> None:
+def test_nothing_is_stored_or_committed_before_the_batch_is_checkpointed(rig: Rig) -> None:
+    rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert kinds(rig.take()) == ["send", "send"]  # batch not full, not yet quiet
     assert rig.table.rows == {}
-    assert rig.consumer.ledgers[0].advance() == 0
     rig.flush_quiet_batch()
-    assert kinds(rig.take()) == ["flush", "set", "set", "ack", "ack"]
-    assert rig.consumer.ledgers[0].advance() == 2
+    assert kinds(rig.take()) == ["flush", "set", "set", "changelog", "commit"]
+    assert rig.worker.tracker.committed == {0: 2, 1: 0}
 
 
-def test_a_failed_flush_exits_without_storing_or_acking_the_batch(
+def test_a_failed_flush_exits_without_storing_or_committing_the_batch(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, batch_size=2)
+    rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     rig.sender.fail_flush = True
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(ended("r1", offset=1), 0, 1))
-    assert exited.value.code == agent.EX_SEND_FAILED
-    assert kinds(rig.take()) == ["send", "send"]  # no flush, no state write, no ack
+    assert exited.value.code == ExitCode.SEND_FAILED
+    assert kinds(rig.take()) == ["send", "send"]  # no flush, no state write, no commit
     assert rig.table.rows == {}
-    assert rig.consumer.ledgers[0].advance() == 0  # the records are processed again after the restart
 
 
-def test_an_unexpected_exception_on_a_record_exits_before_anything_is_acked(
+def test_an_unexpected_exception_on_a_record_exits_before_anything_is_committed(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """faust would restart a crashed agent and commit past the record: the process leaves instead."""
+    """faust would restart a crashed agent and go on past the record: the process leaves instead."""
     rig = Rig(monkeypatch, loop, batch_size=10)
-    real_apply = agent.apply
+    rig.take()
+    real_apply = record_step.apply
 
     def failing(record: Record, *args: Any) -> Any:
         if record.engine_run_id == "r2":
             raise RuntimeError("injected")
         return real_apply(record, *args)
 
-    monkeypatch.setattr(agent, "apply", failing)
+    monkeypatch.setattr(record_step, "apply", failing)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(started("r2", offset=1, instance="i2"), 0, 1))
     assert exited.value.code == agent.EX_FAILED != 0
-    assert "ack" not in kinds(rig.take())  # neither the failing record nor the batch before it
+    assert "commit" not in kinds(rig.take())  # neither the failing record nor the batch before it
     assert rig.table.rows == {}
-    assert rig.consumer.ledgers[0].advance() == 0
 
 
-def test_an_unexpected_exception_while_flushing_exits_before_the_batch_is_acked(
-    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize("step", ["state", "changelog"])
+def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_committed(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop, step: str
 ) -> None:
     rig = Rig(monkeypatch, loop, batch_size=2)
+    rig.take()
 
     def broken() -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(rig.worker, "write_overlay", broken)
+    async def broken_flush() -> None:
+        raise OSError("broker gone")
+
+    if step == "state":
+        monkeypatch.setattr(rig.worker.table, "write_batch", broken)
+    else:
+        monkeypatch.setattr(rig.app.producer, "flush", broken_flush)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(ended("r1", offset=1), 0, 1))
     assert exited.value.code == agent.EX_FAILED
-    assert "ack" not in kinds(rig.take())
-    assert rig.consumer.ledgers[0].advance() == 0
+    assert "commit" not in kinds(rig.take())
 
 
-def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: Rig) -> None:
+def test_a_commit_the_consumer_refuses_is_asked_again_with_the_next_checkpoint(rig: Rig) -> None:
+    rig.take()
+    rig.consumer.commit_ok = False  # faust's consumer: "already rebalanced"
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    rig.flush_quiet_batch()
+    assert commits(rig.take(), 0) == [1]
+    rig.consumer.commit_ok = True
+    rig.feed(event_of(ended("r1", offset=1), 0, 1))
+    rig.flush_quiet_batch()
+    assert commits(rig.take(), 0) == [2]
+    assert rig.worker.tracker.committed[0] == 2
+
+
+def test_a_bad_record_goes_to_the_errors_topic_and_is_committed_with_its_batch(rig: Rig) -> None:
+    rig.take()
     rig.feed(
         event_of(declared("ghost", offset=0), 0, 0),  # unknown run
         FakeEvent(FakeMessage(INPUT, 0, 1, b"0", []), b"not avro"),
@@ -457,9 +487,8 @@ def test_a_bad_record_goes_to_the_errors_topic_and_is_acked_with_its_batch(rig: 
         ("flush",),
         ("set", "0:r1", 0),
         ("set", "hwm:0:0", 0),  # the refused record counts too: a copy of it is refused no more
-        ("ack", 0, 0, True),
-        ("ack", 0, 1, True),
-        ("ack", 0, 2, True),
+        ("changelog",),
+        ("commit", 0, 3),
     ]
     assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(1)
 
@@ -471,6 +500,7 @@ def test_records_that_would_make_an_event_or_state_too_large_go_to_the_errors_to
     and the run still ends with an event within the limit; a START above the limit is refused too."""
     limit = 100_000
     rig = Rig(monkeypatch, loop, max_event_bytes=limit)
+    rig.take()
     names = [f"{i:03d}" + "n" * 8_000 for i in range(150)]
     rig.feed(
         event_of(started("r1", offset=0), 0, 0),
@@ -497,16 +527,17 @@ def test_records_that_would_make_an_event_or_state_too_large_go_to_the_errors_to
     assert int(start_h[deadletter.SIZE]) > limit and start_copy.startswith(b'{"eventTime"')
     assert b"START event is" in start_h[deadletter.ERROR_DETAIL]
     assert rig.table.state("r2") is None  # not applied: its end would be an unknown run, not a guess
-    assert counted_acks(rig.take(), 0) == list(range(153))
+    assert commits(rig.take(), 0) == [153]
 
 
-# ---------------------------------------------------------------------------- admission and ack order
+# ---------------------------------------------------------------------------- admission and commit order
 
 
-def test_acks_follow_offset_order_per_partition_and_count_only_admitted_records(
+def test_records_are_taken_in_offset_order_per_partition_from_the_committed_offsets(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, partitions=(0, 1), bases={0: 5, 1: 3})
+    rig.take()
     a, b, c = started("a", offset=0), started("b", offset=0, partition=1), started("c", offset=1)
     rig.feed(
         event_of(a, 0, 5),
@@ -518,53 +549,71 @@ def test_acks_follow_offset_order_per_partition_and_count_only_admitted_records(
         event_of(ended("a", offset=2), 0, 7),
         event_of(a, 0, 4),  # below the committed offset
     )
-    before_flush = rig.take()
-    assert released(before_flush) == [(0, 5), (2, 0), (0, 4)]  # let go at once, never counted
-    assert [s[3] for s in before_flush if s[0] == "send"] == ["a", "b", "c", "b", "a"]  # no replayed START
+    assert sends(rig.take()) == ["a", "b", "c", "b", "a"]  # no replayed START, nothing of partition 2
     rig.flush_quiet_batch()
     trace = rig.take()
-    assert kinds(trace) == ["flush", "set", "set", "set", "set", "set", "ack", "ack", "ack", "ack", "ack"]
+    assert kinds(trace) == ["flush", "set", "set", "set", "set", "set", "changelog", "commit", "commit"]
     assert [s[1] for s in trace if s[0] == "set"][3:] == ["hwm:0:0", "hwm:1:1"]  # a mark per partition
-    assert counted_acks(trace, 0) == [5, 6, 7]
-    assert counted_acks(trace, 1) == [3, 4]
-    assert released(trace) == []
-    assert rig.consumer.ledgers[0].advance() == 8
-    assert rig.consumer.ledgers[1].advance() == 5
+    assert commits(trace, 0) == [8]
+    assert commits(trace, 1) == [5]
 
 
-def test_records_past_a_hole_are_released_until_the_partition_is_read_again(rig: Rig) -> None:
+def test_an_uncommitted_partition_starts_at_its_earliest_offset(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, partitions=(0,), bases={})
+    rig.offsets.low_offsets[0] = 7  # retention deleted 0..6
+    rig.rebalance(assigned=(0,))
+    rig.take()
+    rig.flush_quiet_batch()
+    assert commits(rig.take(), 0) == []  # nothing in the batch: no checkpoint yet
+    rig.feed(event_of(started("r1", offset=7), 0, 7))
+    rig.flush_quiet_batch()
+    assert commits(rig.take(), 0) == [8]
+
+
+def test_a_partition_the_group_never_committed_is_committed_at_its_start_by_the_first_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, partitions=(0, 1), bases={0: 0})  # partition 1 empty, never committed
+    rig.take()
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    rig.flush_quiet_batch()
+    trace = rig.take()
+    assert commits(trace, 0) == [1] and commits(trace, 1) == [0]  # the group has a position for both
+    rig.feed(event_of(ended("r1", offset=1), 0, 1))
+    rig.flush_quiet_batch()
+    assert commits(rig.take(), 1) == []
+
+
+def test_records_past_a_hole_are_dropped_until_the_partition_is_read_again(rig: Rig) -> None:
+    rig.take()
     records = [started(f"r{i}", offset=i, instance=f"i{i}") for i in range(5)]
     rig.offsets.first_from[(0, 1)] = 1  # the broker has offset 1: faust dropped records on the way
     rig.feed(event_of(records[0], 0, 0), event_of(records[3], 0, 3), event_of(records[4], 0, 4))
     trace = rig.take()
-    assert [s for s in trace if s[0] in ("seek", "ack")] == [
-        ("seek", 0, 1),
-        ("ack", 0, 3, False),
-        ("ack", 0, 4, False),  # still in flight from before the seek
-    ]
-    assert [s[3] for s in trace if s[0] == "send"] == ["r0"]
+    assert seeks(trace) == [("seek", 0, 1)]
+    assert sends(trace) == ["r0"]  # 3 and 4 were still in flight from before the seek
     rig.feed(*(event_of(records[i], 0, i) for i in range(1, 5)))  # read again from offset 1
     rig.flush_quiet_batch()
     trace = rig.take()
-    assert [s[3] for s in trace if s[0] == "send"] == ["r1", "r2", "r3", "r4"]
-    assert counted_acks(trace, 0) == [0, 1, 2, 3, 4]
-    assert released(trace) == []
-    assert rig.consumer.ledgers[0].advance() == 5
+    assert sends(trace) == ["r1", "r2", "r3", "r4"]
+    assert commits(trace, 0) == [5]
 
 
 def test_an_empty_hole_is_passed_and_committed_over(rig: Rig) -> None:
+    rig.take()
     rig.offsets.first_from[(0, 1)] = 2  # nothing at offset 1: a transaction marker
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 2))
     rig.flush_quiet_batch()
     trace = rig.take()
-    assert counted_acks(trace, 0) == [0, 2]
-    assert [s for s in trace if s[0] == "seek"] == []
-    assert rig.consumer.ledgers[0].advance() == 3
+    assert commits(trace, 0) == [3]
+    assert seeks(trace) == []
 
 
 def _quiet_for_a_while(rig: Rig, *partitions: int) -> None:
     for p in partitions:
-        rig.consumer.ledgers[p].seen_at = time.monotonic() - input_order.TAIL_QUIET_SECONDS - 1
+        rig.worker.tracker.ledgers[p].seen_at = time.monotonic() - input_tracker.TAIL_QUIET_SECONDS - 1
 
 
 def test_a_tail_fetched_but_never_delivered_is_read_again(rig: Rig) -> None:
@@ -577,15 +626,15 @@ def test_a_tail_fetched_but_never_delivered_is_read_again(rig: Rig) -> None:
     rig.offsets.end_offsets.update({0: 3, 1: 0})
     rig.offsets.first_from[(0, 1)] = 1
     rig.tick("tail_timer")  # offsets 1 and 2 dropped on the way, but only just: not yet
-    assert [s for s in rig.take() if s[0] == "seek"] == []
+    assert seeks(rig.take()) == []
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == [("seek", 0, 1)]  # partition 1 is at its end
+    assert seeks(rig.take()) == [("seek", 0, 1)]  # partition 1 is at its end
     rig.feed(*(event_of(records[i], 0, i) for i in (1, 2)))  # read again from offset 1
     rig.flush_quiet_batch()
     trace = rig.take()
-    assert [s[3] for s in trace if s[0] == "send"] == ["r1", "r2"]
-    assert rig.consumer.ledgers[0].advance() == 3
+    assert sends(trace) == ["r1", "r2"]
+    assert commits(trace, 0) == [3]
 
 
 def test_a_tail_of_transaction_markers_is_passed_without_reading_again(rig: Rig) -> None:
@@ -596,60 +645,76 @@ def test_a_tail_of_transaction_markers_is_passed_without_reading_again(rig: Rig)
     rig.offsets.first_from[(0, 1)] = 2  # nothing from offset 1 to the end: a commit marker
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    assert rig.consumer.ledgers[0].advance() == 2
+    assert seeks(rig.take()) == []
+    rig.tick("flush_quiet_batch")  # nothing in the batch: no checkpoint
+    assert rig.take() == []
+    rig.loop.run_until_complete(rig.worker.run_checkpoint())  # the next checkpoint commits over it
+    assert commits(rig.take(), 0) == [2]
 
 
-def test_a_partition_with_records_on_the_way_or_a_rebalance_under_way_is_not_read_again(rig: Rig) -> None:
+def test_a_rebalance_checkpoints_the_batch_before_the_partitions_go(rig: Rig) -> None:
+    rig.take()
+    rig.feed(event_of(started("r0", offset=0), 0, 0), event_of(started("r1", offset=0, partition=1), 1, 0))
+    rig.rebalance(assigned=(1,))
+    trace = rig.take()
+    assert kinds(trace) == [
+        "send",
+        "send",
+        "flush",
+        "set",
+        "set",
+        "set",
+        "set",
+        "changelog",
+        "commit",
+        "commit",
+    ]
+    assert commits(trace, 0) == [1] and commits(trace, 1) == [1]
+    assert set(rig.worker.tracker.ledgers) == {1}
+    rig.feed(event_of(started("r2", offset=1), 0, 1))  # a late record of a revoked partition
+    rig.flush_quiet_batch()
+    assert rig.take() == []
+
+
+def test_a_rebalance_or_a_checkpoint_under_way_holds_the_tail_check(rig: Rig) -> None:
     rig.offsets.end_offsets.update({0: 5, 1: 0})
     rig.offsets.first_from[(0, 0)] = 0
-    message = event_of(started("r0", offset=0), 0, 0).message
-    rig.consumer._unacked_messages.add(message)  # taken by faust, not yet at the agent
+    rig.app.rebalancing = True
+    rig.worker.tracker.rebalancing = True  # the revocation hook ran; the assignment hook did not yet
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    rig.consumer._unacked_messages.clear()
-    rig.app.rebalancing = True  # the rebalance's end seeks every partition to its commit
+    assert seeks(rig.take()) == []
+    rig.worker.tracker.rebalancing = False
+    rig.worker.tracker.checkpointing = True
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    rig.app.rebalancing = False
-    rig.worker.slow_flush_ended_at = time.monotonic()  # sends waited long: the queue was held back
-    rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    rig.worker.slow_flush_ended_at = 0.0
+    assert seeks(rig.take()) == []
+    rig.worker.tracker.checkpointing = False
     _quiet_for_a_while(rig, 0, 1)
-    rig.loop.run_until_complete(rig.worker.lock.acquire())  # the agent flushing a batch
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    rig.worker.lock.release()
-    rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == [("seek", 0, 0)]
+    assert seeks(rig.take()) == [("seek", 0, 0)]
 
 
 def test_a_record_that_arrives_while_the_broker_is_asked_cancels_the_read_again(rig: Rig) -> None:
+    rig.take()
     rig.offsets.end_offsets.update({0: 5, 1: 0})
-    asked = rig.offsets.first_offset_from
 
     async def record_arrives_meanwhile(partition: int, offset: int) -> int | None:
-        rig.consumer.ledgers[partition].seen_at = time.monotonic()  # as admit() does
+        rig.worker.tracker.arrived(partition, offset, time.monotonic())  # as admit() does
         return 0
 
     rig.offsets.first_offset_from = record_arrives_meanwhile  # type: ignore[method-assign]
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
-    assert [s for s in rig.take() if s[0] == "seek"] == []
-    rig.offsets.first_offset_from = asked  # type: ignore[method-assign]
+    assert seeks(rig.take()) == []
 
 
 def test_sigusr1_describes_where_each_input_partition_is_read(rig: Rig) -> None:
     rig.feed(event_of(started("r0", offset=0), 0, 0))
-    rig.consumer._unacked_messages.add(event_of(started("r1", offset=0), 1, 0).message)
     lines = rig.worker.describe_input().splitlines()
     assert [line.split(":")[0] for line in lines] == ["input partition 0", "input partition 1"]
-    assert "read position 1, commit base 0" in lines[0]  # taken, not yet flushed
-    assert "records on the way: no" in lines[0]
-    assert "records on the way: yes" in lines[1]
+    assert "read position 1, commit base 0, committed 0" in lines[0]  # taken, not yet checkpointed
+    assert "read again: no" in lines[1]
 
 
 # ---------------------------------------------------------------------------- the batch overlay
@@ -678,8 +743,8 @@ def test_a_later_batch_reads_the_stored_state(rig: Rig) -> None:
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     rig.flush_quiet_batch()
     rig.take()
-    rig.worker.cache.clear()  # read it from the table, not from what the worker remembers
-    rig.worker.marks.clear()
+    rig.worker.table.cache.clear()  # read it from the table, not from what the worker remembers
+    rig.worker.table.marks.clear()
     rig.feed(event_of(ended("r1", offset=1), 0, 1), event_of(ended("r1", offset=1), 0, 2))
     rig.flush_quiet_batch()
     trace = rig.take()
@@ -690,7 +755,7 @@ def test_a_later_batch_reads_the_stored_state(rig: Rig) -> None:
         ("set", "0:r1", 0),
         ("set", "hwm:0:0", 0),
     ]
-    assert counted_acks(trace, 0) == [1, 2]
+    assert commits(trace, 0) == [3]
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
 
@@ -702,8 +767,8 @@ def test_without_a_stored_mark_a_replay_re_emits_from_the_run_state(rig: Rig) ->
     rig.flush_quiet_batch()
     first = [v for t, v, _ in rig.sender.values if t == OUTPUT]
     del rig.table.rows[b"hwm:0:0"]
-    rig.worker.cache.clear()
-    rig.worker.marks.clear()
+    rig.worker.table.cache.clear()
+    rig.worker.table.marks.clear()
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 2), event_of(ended("r1", offset=1), 0, 3))
     rig.flush_quiet_batch()
@@ -723,7 +788,7 @@ def _finish_r1(rig: Rig) -> None:
     """r1 starts and ends (log partition 0, offsets 0..1, input partition 0 offsets 0..1): one batch."""
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     rig.flush_quiet_batch()
-    assert kinds(rig.take()) == ["send", "send", "flush", "set", "set", "ack", "ack"]
+    assert kinds(rig.take()) == ["send", "send", "flush", "set", "set", "changelog", "commit"]
 
 
 def test_a_finished_run_stays_within_the_window_even_when_its_end_is_committed(rig: Rig) -> None:
@@ -761,7 +826,8 @@ def test_a_finished_run_is_evicted_only_once_its_end_is_committed_and_after_the_
         ("del", "0:r1", 0),  # the tombstone goes to the partition of the record that evicted it
         ("set", "0:r4", 0),
         ("set", "hwm:0:0", 0),
-        ("ack", 0, 4, True),
+        ("changelog",),
+        ("commit", 0, 5),
     ]
     assert rig.table.state("r1") is None
     assert rig.table.state("r2") is not None
@@ -793,7 +859,7 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
     state = rig.table.state("r1")
     assert state is not None and state.end is not None
 
-    rig.tick("committed_timer")  # now the batch is acked and below the committed offset
+    rig.tick("committed_timer")  # now the batch is committed and below the committed offset
     rig.feed(event_of(started("r5", offset=4, start=later(32)), 0, 4))
     rig.flush_quiet_batch()
     assert [s for s in rig.take() if s[0] in ("flush", "del")] == [("flush",), ("del", "0:r1", 0)]

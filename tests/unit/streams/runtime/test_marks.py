@@ -1,4 +1,4 @@
-"""The worker's log marks (``streams/log_marks.py`` through ``streams/runtime/table_state.py``): input
+"""The worker's log marks (``streams/log_marks.py`` through ``streams/runtime/run_table.py``): input
 duplicates produce nothing and never reopen a run; a crash replay re-emits identical bytes; a gap is
 applied as before. On the fakes of ``test_agent.py`` (no I/O)."""
 
@@ -20,7 +20,7 @@ from tests.unit.streams.runtime.test_agent import (
     OUTPUT,
     FakeEvent,
     Rig,
-    counted_acks,
+    commits,
     event_of,
     later,
 )
@@ -62,7 +62,7 @@ def test_records_at_or_below_the_mark_are_counted_and_skipped(rig: Rig) -> None:
     trace = rig.take()
     assert len(outputs(rig)) == 2 and errors(rig) == []
     assert [s for s in trace if s[0] in ("send", "set", "del")] == []  # nothing sent, nothing stored
-    assert counted_acks(trace, 0) == [3, 4, 5]  # acked with their batch, so committed over
+    assert commits(trace, 0) == [6]  # checkpointed with their batch, so committed over
     assert metric("olstream_stream_duplicates_total") - before == 3
     assert metric("olstream_stream_replayed_records_total") == replays  # skipped before the run's state
 

@@ -1,6 +1,5 @@
-"""The worker's table side: run states and log marks read through the batch overlay and a cache,
-written per batch; the retention index and evictions. A mixin of `StreamWorker` (agent.py), kept
-apart for its size.
+"""The worker's run-state table: run states and log marks read through the batch overlay and a
+cache, written per batch by the checkpoint; the retention index and evictions.
 
 A batch's changes stay in memory (the overlay, and the marks' batch: `olstream.streams.log_marks`)
 until its sends were acknowledged; then the run states are written, then the marks, each under
@@ -11,7 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter
 
@@ -43,27 +43,24 @@ GAPS = Counter(
 )
 
 
-class TableState:
-    """What `StreamWorker` reads and writes in its table."""
+class RunTable:
+    """Run states and log marks in the faust table, with the batch's changes in memory until stored."""
 
-    sa: m.StreamApp
-    settings: WorkerSettings
-    table: Any
-    store: Any
-    retention: Retention
-    committed_log: CommittedLogPositions
-    rescan_needed: bool
-    # the batch's state changes: state key -> (state, or None when deleted; the event that wrote it)
-    overlay: dict[str, tuple[RunState | None, Any]]
-    # decoded states of the store (bounded LRU), cleared on every rebalance
-    cache: OrderedDict[str, RunState]
-    # per (input partition, log partition): the highest log offset applied (`olstream.streams.log_marks`)
-    marks: MarkBook[Any]
-    duplicates_logged: bool
-
-    if TYPE_CHECKING:
-
-        def owned_input_tps(self) -> list[Any]: ...  # InputOrder's
+    def __init__(self, settings: WorkerSettings, table: Any, owned: Callable[[], set[Any]]) -> None:
+        self.settings = settings
+        self.table = table
+        self.store: Any = table.data
+        self.owned = owned  # the input topic partitions assigned now
+        self.retention = Retention(settings.retention_ms)
+        self.committed_log = CommittedLogPositions()
+        self.rescan_needed = True
+        # the batch's state changes: state key -> (state, or None when deleted; the event that wrote it)
+        self.overlay: dict[str, tuple[RunState | None, Any]] = {}
+        # decoded states of the store (bounded LRU), cleared on every rebalance
+        self.cache: OrderedDict[str, RunState] = OrderedDict()
+        # per (input partition, log partition): the highest log offset applied (olstream.streams.log_marks)
+        self.marks: MarkBook[Any] = MarkBook()
+        self.duplicates_logged = False
 
     # ------------------------------------------------------------------ run states
 
@@ -94,12 +91,12 @@ class TableState:
     def put(self, key: str, state: RunState | None, event: Any) -> None:
         self.overlay[key] = (state, event)
 
-    def write_overlay(self) -> None:
+    def write_batch(self) -> None:
         """Write the batch's state to the table (RocksDB, and faust's changelog producer): its run
         states first, then its marks.
 
-        faust flushes its producer before it commits offsets, so the changelog is never behind
-        a committed offset; the writes go to the partition of the event that changed the key, and
+        The checkpoint flushes faust's producer before it commits offsets, so the changelog is never
+        behind a committed offset; the writes go to the partition of the event that changed the key, and
         a mark goes to the partition of its log partition's runs after them, so a stored mark never
         covers a record whose state change is not stored (in RocksDB, and in the changelog, which
         keeps a partition's writes in order). A change made by an event of a partition this worker
@@ -107,7 +104,7 @@ class TableState:
         offset, and a late write here could overwrite the newer state the new owner has written to
         the changelog since.
         """
-        owned = self.sa.app.consumer.assignment()
+        owned = self.owned()
         for name, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
@@ -127,6 +124,11 @@ class TableState:
             faust_private.set_current_event(event)
             self.table[mark_key(input_partition, log_partition).encode("utf-8")] = dumps_mark(mark)
             self.marks.written(input_partition, log_partition, mark)
+
+    def drop_batch(self) -> None:
+        """Forget the batch's changes (its records are processed again by their partition's owner)."""
+        self.overlay.clear()
+        self.marks.take_batch()
 
     # ------------------------------------------------------------------ log marks
 
@@ -187,7 +189,7 @@ class TableState:
                 self.retention.note_finished(log_partition, end.end_ms, end.position[1], s.key)
                 count += 1
         self.rescan_needed = False
-        self.committed_log.keep_only({tp.partition for tp in self.owned_input_tps()})
+        self.committed_log.keep_only({tp.partition for tp in self.owned()})
         m.RETAINED.set(self.retention.retained)
         log.info("retention index rebuilt: %d finished runs retained", count)
 
