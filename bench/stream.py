@@ -127,7 +127,9 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def run_worker(bootstrap: str, src: str, total: int, runs: int, work: Path) -> dict[str, object]:
+def run_worker(
+    bootstrap: str, src: str, total: int, runs: int, work: Path, profile: Path | None = None
+) -> dict[str, object]:
     port = free_port()
     app_id = f"bench-worker-{uuid.uuid4().hex[:8]}"
     cmd = [
@@ -135,6 +137,8 @@ def run_worker(bootstrap: str, src: str, total: int, runs: int, work: Path) -> d
         "--data-dir", str(work / "worker"), "--input-topic", src, "--output-topic", f"{src}.out",
         "--errors-topic", f"{src}.errors", "--until-idle", "--metrics-port", str(port),
     ]  # fmt: skip
+    if profile is not None:  # py-spy samples the worker (its RSS and CPU columns are py-spy's then)
+        cmd = ["py-spy", "record", "--format", "raw", "--rate", "200", "-o", str(profile), "--", *cmd]
     log = (work / "worker.log").open("wb")
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -191,6 +195,9 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--skip-noop", action="store_true")
+    ap.add_argument(
+        "--profile", type=Path, help="py-spy raw (collapsed) stacks of the worker to this file (needs py-spy)"
+    )
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="olstream-bench-stream-"))
@@ -214,7 +221,7 @@ def main() -> int:
             capture_output=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         noop = float(result.read_text()) if result.exists() else None
-    w = run_worker(args.bootstrap, src, total, args.runs, work)
+    w = run_worker(args.bootstrap, src, total, args.runs, work, args.profile)
 
     limit = total / raw_s
     rate = float(w["rate"])  # type: ignore[arg-type]

@@ -159,7 +159,7 @@ class InputTracker:
     def arrived(self, partition: int, offset: int, now: float) -> Admission:
         """A record reached the agent: what to do with it. PROCESS moves the read position past it."""
         ledger = self.ledgers.get(partition)
-        if ledger is None:
+        if ledger is None or self.stopping:  # stopping: what it takes now would never be committed
             return Admission.SKIP
         ledger.seen_at = now
         if offset == ledger.next_offset:
@@ -190,6 +190,15 @@ class InputTracker:
         if first is not None:
             ledger.pass_absent(first)
         return self._read_again(ledger, ticket.partition, now, f"offset {offset} arrived first")
+
+    def identity(self, partition: int) -> int | None:
+        ledger = self.ledgers.get(partition)
+        return None if ledger is None else ledger.identity
+
+    def owns(self, partition: int, identity: int) -> bool:
+        """Whether the ledger a record was admitted by is still the partition's (no rebalance since)."""
+        ledger = self.ledgers.get(partition)
+        return ledger is not None and ledger.identity == identity
 
     # ------------------------------------------------------------------ tails and rereads
 

@@ -254,9 +254,12 @@ def attach(sa: m.StreamApp) -> StreamWorker:
             if msg.partition >= sa.partitions:  # the input grew since the start: leave
                 check_assignment(sa.settings.input_topic, [msg.partition], sa.partitions)
             try:
-                if not await worker.input.admit(msg.partition, msg.offset):
+                taken = await worker.input.admit(msg.partition, msg.offset)
+                if taken is None:
                     continue
                 async with worker.lock:
+                    if not worker.tracker.owns(msg.partition, taken):
+                        continue  # revoked while it waited for the lock: its next owner reads it again
                     token = faust_private.set_current_event(None)
                     try:
                         worker.add(event)

@@ -261,10 +261,13 @@ class InputOffsets:
         return out
 
     def _committed(self, partitions: list[int]) -> dict[int, int]:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=10)
-        return {tp.partition: tp.offset for tp in tps if tp.error is None and tp.offset >= 0}
+        for tp in tps:
+            if tp.error is not None:  # never read as "not committed": that would move a commit back
+                raise KafkaException(tp.error)
+        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
 
     def _first_offset_from(self, partition: int, offset: int) -> int | None:
         from confluent_kafka import KafkaError, TopicPartition

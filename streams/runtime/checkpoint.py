@@ -10,7 +10,8 @@ A batch is the records processed since the last checkpoint (``batch_size`` recor
 2. **state written**: the batch's run states, then its log marks, into the table (RocksDB, and
    faust's changelog producer), each under the event that changed it (``RunTable.write_batch``). A
    state that says "ended" implies its START and terminal event were acknowledged.
-3. **changelog flushed**: faust's producer has every changelog write acknowledged.
+3. **changelog flushed**: faust's producer flushed, and every changelog write of the batch
+   acknowledged by the broker (each write's future).
 4. **offsets committed**: the contiguous processed prefix of each input partition
    (``InputTracker.committable``; an offset never goes backwards, asserted there).
 
@@ -20,6 +21,7 @@ processed again, and the marks (``olstream.streams.log_marks``) skip what was st
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -101,10 +103,11 @@ class Checkpoint:
                 waited = time.monotonic() - waiting
                 token = faust_private.set_current_event(None)
                 try:
-                    self.table.write_batch()
+                    written = self.table.write_batch()
                 finally:
                     faust_private.reset_current_event(token)
                 await self.changelog.flush()
+                await asyncio.gather(*written)
                 for partition, offset in batch.last_offsets.items():
                     self.tracker.stored(partition, offset)
             await self.commit_input()

@@ -59,6 +59,11 @@ ALL_NAMES: tuple[PrivateName, ...] = (
     # sought meanwhile, which dropped a new owner's records. For the input topic the worker's own
     # ledger decides what is taken, so the mapping keeps none for it (keep_no_read_offsets)
     PrivateName(_CONSUMER, "Consumer._read_offset", instance=True),
+    # seek on faust's consumer thread (where aiokafka's consumer lives) and wait until aiokafka's
+    # position is there: faust's public Consumer.seek calls aiokafka's seek from the event loop's
+    # thread, racing the consumer thread's fetcher (seek_wait). Not underscored, but no part of
+    # faust's ConsumerT interface: only its thread-delegating consumer has it
+    PrivateName(_CONSUMER, "ThreadDelegateConsumer.seek_wait"),
     # mode's SIGUSR1 handler (it prints every thread and task): StreamWorkerProcess (app.py) overrides
     # it to log where the worker reads each input partition first; mode has no public hook for it
     PrivateName("mode.worker", "Worker._on_sigusr1"),
@@ -110,6 +115,12 @@ class ReadOffsetsWithoutInput(dict[Any, int | None]):
     def __setitem__(self, key: Any, value: int | None) -> None:
         if key.topic != self._topic:
             super().__setitem__(key, value)
+
+
+async def seek_wait(consumer: ConsumerT, offsets: Mapping[TP, int]) -> None:
+    """Seek partitions on faust's consumer thread and wait until the seeks are done (raises aiokafka's
+    IllegalStateError for a partition no longer assigned)."""
+    await consumer.seek_wait(offsets)
 
 
 def keep_no_read_offsets(consumer: ConsumerT, topic: str) -> None:

@@ -2,8 +2,8 @@
 
 It gives the tracker its facts (a record arrived, the partitions assigned at the group's committed
 offsets, the broker's end offsets and first records) and carries out its decisions: a partition is
-read again by faust's public ``Consumer.seek``, a hole or a tail is asked of the broker with a probe
-consumer of its own (``InputOffsets``, confluent-kafka), never faust's.
+read again by a seek on faust's consumer thread (``faust_private.seek_wait``); a hole or a tail is
+asked of the broker with a probe consumer of its own (``InputOffsets``, confluent-kafka).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from faust.types import TP
 
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
 from olstream.streams.runtime import app as m
+from olstream.streams.runtime import faust_private
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +56,22 @@ class InputOrder:
 
     # ------------------------------------------------------------------ records
 
-    async def admit(self, partition: int, offset: int) -> bool:
-        """Whether the agent takes the record: the next one of its partition, in offset order."""
+    async def admit(self, partition: int, offset: int) -> int | None:
+        """The identity of the partition's ledger when the agent takes the record (the next one of its
+        partition, in offset order), else None. The agent checks the identity again under its lock
+        (`InputTracker.owns`): a rebalance may have begun while this waited for the broker."""
         if not self.assigned.is_set():
             await self.assigned.wait()  # records of a new assignment can reach the agent before its ledgers
         verdict = self.tracker.arrived(partition, offset, time.monotonic())
-        if verdict is not Admission.HOLE:
-            return verdict is Admission.PROCESS
-        probe = self.tracker.probe_hole(partition)
-        first = await self.first_record_from(partition, probe.ticket.offset)
-        decision = self.tracker.hole_probed(probe.ticket, offset, first, time.monotonic())
-        if isinstance(decision, ReadAgain):
-            await self.read_again(decision)
-            return False
-        return decision is Admission.PROCESS
+        if verdict is Admission.HOLE:
+            probe = self.tracker.probe_hole(partition)
+            first = await self.first_record_from(partition, probe.ticket.offset)
+            decision = self.tracker.hole_probed(probe.ticket, offset, first, time.monotonic())
+            if isinstance(decision, ReadAgain):
+                await self.read_again(decision)
+                return None
+            verdict = decision
+        return self.tracker.identity(partition) if verdict is Admission.PROCESS else None
 
     async def first_record_from(self, partition: int, offset: int) -> int | None:
         """The broker's first record of the partition at or after `offset` (its end offset when there
@@ -92,7 +95,7 @@ class InputOrder:
 
     async def seek(self, partition: int, offset: int) -> None:
         try:
-            await self.consumer().seek(TP(self.topic, partition), offset)
+            await faust_private.seek_wait(self.consumer(), {TP(self.topic, partition): offset})
         except IllegalStateError as e:  # revoked meanwhile: its next owner reads it from the commit
             log.info("input partition %d not read again: %s", partition, e)
 

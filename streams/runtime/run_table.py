@@ -91,7 +91,7 @@ class RunTable:
     def put(self, key: str, state: RunState | None, event: Any) -> None:
         self.overlay[key] = (state, event)
 
-    def write_batch(self) -> None:
+    def write_batch(self) -> list[Any]:
         """Write the batch's state to the table (RocksDB, and faust's changelog producer): its run
         states first, then its marks.
 
@@ -103,27 +103,46 @@ class RunTable:
         no longer owns is dropped: its new owner processes that event again from the committed
         offset, and a late write here could overwrite the newer state the new owner has written to
         the changelog since.
+
+        Returns the changelog sends' futures: each resolves once the broker acknowledged the write
+        (faust's producer flush alone returns while writes are still queued).
         """
         owned = self.owned()
+        sent: list[Any] = []
         for name, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
-            faust_private.set_current_event(event)  # the table writes to the event's partition
             key = name.encode("utf-8")
             if state is None:
                 self.cache.pop(name, None)
-                if faust_private.raw_get(self.store, key) is not None:
-                    del self.table[key]
+                self.write(event, key, None, sent)
             else:
-                self.table[key] = dumps_state(state)
+                self.write(event, key, dumps_state(state), sent)
                 self.remember(name, state)
         self.overlay.clear()
         for input_partition, log_partition, mark, event in self.marks.take_batch():
             if event.message.tp not in owned:
                 continue
-            faust_private.set_current_event(event)
-            self.table[mark_key(input_partition, log_partition).encode("utf-8")] = dumps_mark(mark)
+            key = mark_key(input_partition, log_partition).encode("utf-8")
+            self.write(event, key, dumps_mark(mark), sent)
             self.marks.written(input_partition, log_partition, mark)
+        return sent
+
+    def write(self, event: Any, key: bytes, value: bytes | None, sent: list[Any]) -> bool:
+        """Write (or with None delete) `key` in the partition of `event`: its RocksDB partition store,
+        and its changelog partition, as faust's own table write does; the send's future goes to `sent`.
+        A delete of a key the store does not hold writes nothing (False)."""
+        faust_private.set_current_event(event)  # the store writes to the event's partition
+        partition = event.message.partition
+        if value is None:
+            if faust_private.raw_get(self.store, key) is None:
+                return False
+            sent.append(self.table.send_changelog(partition, key, None, value_serializer="raw"))
+            del self.store[key]
+        else:
+            sent.append(self.table.send_changelog(partition, key, value))
+            self.store[key] = value
+        return True
 
     def drop_batch(self) -> None:
         """Forget the batch's changes (its records are processed again by their partition's owner)."""

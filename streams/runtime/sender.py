@@ -1,9 +1,9 @@
-"""Output sends with confluent-kafka (librdkafka): produced during a batch, flushed before it is acked.
+"""Output sends with confluent-kafka (librdkafka): produced during a batch, flushed by its checkpoint.
 
-The agent acks a batch's input records (`StreamWorker.flush_batch`) only after ``flush()``
-saw every send of the batch acknowledged (``acks=all``, idempotent producer). Keys are
-partitioned with murmur2, like the Java client and the OpenLineage Kafka transport, so a run
-tree's events share one partition.
+The checkpoint (``olstream.streams.runtime.checkpoint``) stores a batch's state and commits its
+input only after ``flush()`` saw every send of the batch acknowledged (``acks=all``, idempotent
+producer). Keys are partitioned with murmur2, like the Java client and the OpenLineage Kafka
+transport, so a run tree's events share one partition.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class FakeSender:
 
 
 class FakeStore:
-    """The table's store: raw gets by bytes key."""
+    """The table's store: raw gets, sets and deletes by bytes key (in the current event's partition)."""
 
     def __init__(self, rows: dict[bytes, bytes]) -> None:
         self.rows = rows
@@ -128,22 +128,35 @@ class FakeStore:
     def _get(self, key: bytes) -> bytes | None:
         return self.rows.get(key)
 
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.rows[key] = value
+
+    def __delitem__(self, key: bytes) -> None:
+        del self.rows[key]
+
 
 class FakeTable:
-    """The run-state table: bytes keys and values; writes are traced with the current event's partition."""
+    """The run-state table: bytes keys and values; changelog sends are traced with their partition, and
+    the store's partition (the current event's) must be the same."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.rows: dict[bytes, bytes] = {}
         self.data = FakeStore(self.rows)
+        self.unacked: list[asyncio.Future[None]] = []  # changelog sends the broker did not acknowledge yet
+        self.hold_acks = False
 
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.trace.append(("set", key.decode(), _current_partition()))
-        self.rows[key] = value
-
-    def __delitem__(self, key: bytes) -> None:
-        self.trace.append(("del", key.decode(), _current_partition()))
-        del self.rows[key]
+    def send_changelog(
+        self, partition: int, key: bytes, value: bytes | None, value_serializer: str | None = None
+    ) -> asyncio.Future[None]:
+        assert partition == _current_partition()
+        self.trace.append(("set" if value is not None else "del", key.decode(), partition))
+        future: asyncio.Future[None] = asyncio.get_event_loop().create_future()
+        if self.hold_acks:
+            self.unacked.append(future)
+        else:
+            future.set_result(None)
+        return future
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.rows.items()))
@@ -165,8 +178,9 @@ class FakeConsumer:
     def assignment(self) -> set[TP]:
         return set(self.assigned)
 
-    async def seek(self, tp: TP, offset: int) -> None:
-        self.trace.append(("seek", tp.partition, offset))
+    async def seek_wait(self, offsets: dict[TP, int]) -> None:
+        for tp, offset in offsets.items():
+            self.trace.append(("seek", tp.partition, offset))
 
     async def _commit(self, offsets: dict[TP, int]) -> bool:
         for tp, offset in sorted(offsets.items()):
@@ -457,6 +471,62 @@ def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_commi
         rig.feed(event_of(ended("r1", offset=1), 0, 1))
     assert exited.value.code == agent.EX_FAILED
     assert "commit" not in kinds(rig.take())
+
+
+def test_the_commit_waits_until_the_broker_acknowledged_every_changelog_write(rig: Rig) -> None:
+    """faust's producer flush returns while writes are still queued: the checkpoint awaits each write."""
+    rig.table.hold_acks = True
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    rig.take()
+    task = rig.loop.create_task(rig.worker.run_checkpoint())
+    rig.loop.run_until_complete(asyncio.sleep(0.01))
+    assert kinds(rig.take()) == ["flush", "set", "set", "changelog"]  # no commit yet
+    assert not task.done()
+    for future in rig.table.unacked:
+        future.set_result(None)
+    rig.loop.run_until_complete(task)
+    assert commits(rig.take(), 0) == [1]
+
+
+def test_a_record_admitted_while_a_rebalance_begins_is_not_processed(rig: Rig) -> None:
+    """The agent waited for the broker about a hole; the revocation ran meanwhile: the record is
+    not processed after its partition went (its next owner reads it from the commit)."""
+    rig.feed(event_of(started("r0", offset=0), 0, 0))
+    rig.take()
+    asked = asyncio.Event()
+    answer: asyncio.Future[int | None] = rig.loop.create_future()
+
+    async def slow_probe(partition: int, offset: int) -> int | None:
+        asked.set()
+        return await answer
+
+    rig.offsets.first_offset_from = slow_probe  # type: ignore[method-assign]
+    rig.stream.pending.append(event_of(started("r2", offset=2), 0, 2))  # a hole at offset 1
+    agent_task = rig.loop.create_task(rig.process(rig.stream))
+    rig.loop.run_until_complete(asked.wait())
+    [revoked] = rig.app.on_partitions_revoked.receivers
+    flush = rig.sender.flush
+
+    async def answer_during_the_revocation(timeout: float = 60.0) -> None:
+        # the revocation hook's checkpoint holds the lock; the probe answers now: markers only at
+        # offset 1, so the record is admitted, and the agent waits for the lock
+        answer.set_result(2)
+        await asyncio.sleep(0.01)
+        await flush(timeout)
+
+    rig.sender.flush = answer_during_the_revocation  # type: ignore[method-assign]
+    rig.loop.run_until_complete(revoked(rig.app))
+    rig.loop.run_until_complete(agent_task)
+    trace = rig.take()
+    assert sends(trace) == []  # r2 was not processed
+    assert commits(trace, 0) == [2]  # r0 and the marker at 1, checkpointed before the partitions went
+
+
+def test_records_are_not_taken_once_the_worker_decided_to_stop(rig: Rig) -> None:
+    rig.take()
+    rig.worker.tracker.stopping = True  # --until-idle decided: what it took now would not be committed
+    rig.feed(event_of(started("r0", offset=0), 0, 0))
+    assert rig.take() == []
 
 
 def test_a_commit_the_consumer_refuses_is_asked_again_with_the_next_checkpoint(rig: Rig) -> None:
