@@ -113,6 +113,7 @@ def ensure_topic(
         futures[name].result(timeout=timeout)
     except KafkaException as e:
         if e.args and getattr(e.args[0], "name", lambda: "")() == "TOPIC_ALREADY_EXISTS":
+            _wait_until_served(admin, name, None, timeout)  # another process just created it
             return False
         raise InfrastructureError(f"cannot create topic {name!r}: {e}") from e
     log.info(
@@ -122,7 +123,38 @@ def ensure_topic(
         factor,
         min_insync,
     )
+    _wait_until_served(admin, name, partitions, timeout)
     return True
+
+
+def _wait_until_served(admin: AdminClient, name: str, partitions: int | None, timeout: float) -> None:
+    """Wait until the cluster's metadata shows the new topic with every partition led (and with
+    `partitions` partitions; None: as many as its creator gave it).
+
+    A created topic reaches the other brokers' metadata a moment later. A client that asks one of
+    them first caches what it answered (a topic that does not exist yet, or without some of its
+    partitions) until its next metadata refresh, minutes later: on a 3-broker cluster a worker
+    found its just-created input missing, and a source could not read a new partition's watermarks.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            meta = admin.list_topics(topic=name, timeout=max(0.1, deadline - time.monotonic()))
+            topic = meta.topics.get(name)
+        except KafkaException:
+            topic = None
+        if (
+            topic is not None
+            and topic.error is None
+            and topic.partitions
+            and (partitions is None or len(topic.partitions) == partitions)
+            and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+        ):
+            return
+        if time.monotonic() >= deadline:
+            log.warning("topic %s: created, but its partitions are not all served yet", name)
+            return
+        time.sleep(0.1)
 
 
 def _report_replication(
