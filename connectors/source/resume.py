@@ -27,17 +27,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_admin import not_ready
 from olstream.shared.kafka_clients import Kafka, consumer_config
 
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 500
-_NOT_READY = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._UNKNOWN_PARTITION,
-}
 
 
 def expected_kafka_partition(log_partition: int, kafka_partitions: int) -> int:
@@ -154,7 +149,7 @@ class PositionScanner:
                 return int(low), int(high)
             except KafkaException as e:
                 err = e.args[0]
-                if time.monotonic() > deadline or not (err.retriable() or err.code() in _NOT_READY):
+                if time.monotonic() > deadline or not not_ready(err):
                     raise InfrastructureError(f"cannot read the watermarks of {topic}[{kp}]: {err}") from e
                 time.sleep(0.1)
 

@@ -83,6 +83,21 @@ def check_connection(kafka: Kafka, timeout: float = 30.0) -> int:
     return len(meta.brokers)
 
 
+# errors of a partition whose leader is moving or not elected yet (a new topic, a broker failing
+# over): worth asking again, as the client's retriable errors are
+_NOT_READY = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+
+
+def not_ready(error: KafkaError) -> bool:
+    """Whether a partition's error passes once its leader is elected (or the client says it retries)."""
+    return bool(error.retriable()) or error.code() in _NOT_READY
+
+
 def ensure_topic(
     kafka: Kafka,
     name: str,

@@ -18,11 +18,14 @@ from aiokafka.errors import IllegalStateError
 from confluent_kafka import KafkaException
 from faust.types import TP
 
+from olstream.shared.kafka_admin import not_ready
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 
 log = logging.getLogger(__name__)
+
+ASSIGN_TIMEOUT_SECONDS = 30.0  # a leader moving after a broker died is elected within seconds
 
 
 class InputOrder:
@@ -44,12 +47,22 @@ class InputOrder:
         self.assigned.clear()
         self.tracker.revoked()
 
-    async def assign(self, partitions: list[int]) -> None:
+    async def assign(self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS) -> None:
         """Start a ledger per assigned partition at the group's committed offset (its earliest offset when
-        the group never committed it). faust seeks the partitions there too."""
-        committed = await self.offsets.committed(partitions) if partitions else {}
-        never = [p for p in partitions if p not in committed]
-        earliest = await self.offsets.bounds(never) if never else {}
+        the group never committed it). faust seeks the partitions there too. Asked again while a
+        partition's leader is moving (a broker failing over), up to `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                committed = await self.offsets.committed(partitions) if partitions else {}
+                never = [p for p in partitions if p not in committed]
+                earliest = await self.offsets.bounds(never) if never else {}
+                break
+            except KafkaException as e:
+                if time.monotonic() >= deadline or not not_ready(e.args[0]):
+                    raise
+                log.info("input partitions %s: asking again where the group stands (%s)", partitions, e)
+                await asyncio.sleep(0.5)
         bases = {p: committed[p] if p in committed else earliest[p][0] for p in partitions}
         self.tracker.assigned(bases, time.monotonic(), never_committed=set(never))
         self.assigned.set()

@@ -656,6 +656,44 @@ def test_a_partition_the_group_never_committed_is_committed_at_its_start_by_the_
     assert commits(rig.take(), 1) == []
 
 
+def test_an_assignment_during_a_leader_election_asks_the_broker_again(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker died: the group's offsets cannot be read until the partition's new leader is elected."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    answers: list[Exception | None] = [KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)), None]
+    committed = rig.offsets.committed
+
+    async def electing(partitions: list[int]) -> dict[int, int]:
+        error = answers.pop(0)
+        if error is not None:
+            raise error
+        return await committed(partitions)
+
+    rig.offsets.committed = electing  # type: ignore[method-assign]
+    rig.offsets.committed_offsets[0] = 3
+    rig.rebalance(assigned=(0, 1))
+    assert answers == [] and rig.worker.tracker.committed == {0: 3, 1: 0}
+
+
+def test_an_assignment_whose_offsets_cannot_be_read_leaves_without_taking_anything(rig: Rig) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    async def refused(partitions: list[int]) -> dict[int, int]:
+        raise KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+    rig.offsets.committed = refused  # type: ignore[method-assign]
+    with pytest.raises(Exited) as exited:
+        rig.rebalance(assigned=(0,))
+    assert exited.value.code == agent.EX_FAILED
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
 def test_records_past_a_hole_are_dropped_until_the_partition_is_read_again(rig: Rig) -> None:
     rig.take()
     records = [started(f"r{i}", offset=i, instance=f"i{i}") for i in range(5)]
