@@ -1,10 +1,13 @@
 """`python -m tests.support.together_worker DIR N worker ...`: the real worker, whose start waits until
-N such workers reached the changelog check, so that they all check (and grow) the changelog at once.
+N such workers read the changelog's partition count, so that they all found it too small and all
+grow it.
 
 A supervisor that restarts replicas together still starts them some hundred milliseconds apart
 (interpreter start, imports), and a replica that starts late finds the changelog grown already. This
 takes the jitter out: the first read of the changelog's partition count (`topology.match_changelog`)
-waits until N processes wrote their mark into DIR. Everything else is the product's own code.
+is returned only once N processes read theirs (each writes a mark into DIR). Waiting before the read
+was not enough on a busy machine: one replica read and grew the changelog before the others read it.
+Everything else is the product's own code.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ def inject(directory: Path, count: int) -> None:
     waited: list[bool] = []
 
     def read_together(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
+        partitions = read(kafka, name, timeout)
         if not waited:
             waited.append(True)
             wait_for_all(directory, count)
-        return read(kafka, name, timeout)
+        return partitions
 
     topology.topic_partitions = read_together
 
