@@ -33,6 +33,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.marquez]
 RUN_STATES = {"START": "RUNNING", "COMPLETE": "COMPLETED", "FAIL": "FAILED", "ABORT": "ABORTED"}
 
 
+def shared_marquez_jar() -> str | None:
+    """The runnable Marquez server jar in `shared/marquez/` of a parent folder of the checkout, if any
+    (Marquez is not on the Maven Central these machines reach)."""
+    for parent in Path(__file__).resolve().parents:
+        jars = sorted((parent / "shared" / "marquez").glob("marquez-api-*.jar"))
+        if jars:
+            return str(jars[-1])
+    return None
+
+
 @pytest.fixture(scope="session")
 def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     external = os.environ.get("OLSTREAM_MARQUEZ_URL")
@@ -40,8 +50,10 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield external.rstrip("/")
         return
     configured = resolve("marquez", MARQUEZ, {}, os.environ)  # OLSTREAM_MARQUEZ_VERSION, OLSTREAM_MARQUEZ_JAR
+    # without OLSTREAM_MARQUEZ_JAR: the Marquez server jar in ../shared/marquez/, where CI has one
+    jar = configured["jar"] or shared_marquez_jar()
     try:
-        marquez.resolve_classpath(configured["version"], configured["jar"])
+        marquez.resolve_classpath(configured["version"], jar)
     except OlstreamError as e:
         pytest.skip(f"Marquez is not available here: {e}")
     postgres_server = request.getfixturevalue("postgres_server")  # only once Marquez is there to use it
@@ -54,7 +66,7 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
         data_dir=data_dir,
         pg_admin_url=postgres_server,
         db_name=f"marquez_{uuid.uuid4().hex[:8]}",
-        jar=configured["jar"],
+        jar=jar,
     )
     try:
         yield marquez.up(settings)
