@@ -144,11 +144,6 @@ class RunTable:
             self.store[key] = value
         return True
 
-    def drop_batch(self) -> None:
-        """Forget the batch's changes (its records are processed again by their partition's owner)."""
-        self.overlay.clear()
-        self.marks.take_batch()
-
     # ------------------------------------------------------------------ log marks
 
     def stored_mark(self, key: str) -> LogMark | None:
