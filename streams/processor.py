@@ -6,6 +6,7 @@ No faust here: the agent reads the state it needs through ``lookup``, stores
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
@@ -70,10 +71,32 @@ def _in_log_partition(lookup: st.Lookup, log_partition: int) -> st.Lookup:
     return get
 
 
-def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> Step:
+def parent_resolver(
+    cfg: MappingConfig, max_event_bytes: int
+) -> Callable[[RunStarted, st.Lookup], st.RunState | None]:
+    """A parent's record -> its state as the worker would have stored it, or None where the worker
+    refuses it (an invalid namespace; a START above `max_event_bytes`): for the run directory."""
+
+    def resolve(record: RunStarted, lookup: st.Lookup) -> st.RunState | None:
+        try:
+            started = st.start(record, cfg.job_prefix, lookup, 0, cfg.hierarchical)
+        except st.StreamInputError:
+            return None
+        if len(start_event(cfg, started.state)) > max_event_bytes:
+            return None
+        return started.state
+
+    return resolve
+
+
+def apply(
+    record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int, parents: st.Lookup | None = None
+) -> Step:
     """Apply one record; raises StreamInputError for input that cannot be applied.
 
     `lookup` reads the table by state key (`state.state_key`); the step's `write` goes under `key`.
+    `parents` finds a starting run's parent and root by engine run id (the run directory, for a
+    record with heads); without it, only among the runs of the record's own log partition.
     """
     rid = record.engine_run_id
     key = st.state_key(record.partition, rid)
@@ -96,7 +119,9 @@ def apply(record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int) -> S
                 return Step(key, replay=True)
             # replay: re-emit the identical START from the stored state, never a new one
             return Step(key, outputs=(_start_output(cfg, current),), replay=True)
-        started = st.start(record, cfg.job_prefix, local, home, cfg.hierarchical)
+        started = st.start(
+            record, cfg.job_prefix, local if parents is None else parents, home, cfg.hierarchical
+        )
         return Step(
             key,
             write=started.state,

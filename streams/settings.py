@@ -34,6 +34,7 @@ from olstream.shared.kafka_settings import (
 from olstream.shared.stopping import STOP_TIMEOUT
 from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
+from olstream.streams.run_directory import DEFAULT_PARENT_RETENTION_MS
 
 
 def _mapping(name: str) -> Any:
@@ -71,6 +72,15 @@ WORKER_SETTINGS = (
         "seconds of record time finished runs are kept",
         parse=float,
         env="OLSTREAM_RETENTION_SECONDS",
+        check=at_least(0),
+    ),
+    Setting(
+        "parent_retention",
+        DEFAULT_PARENT_RETENTION_MS / 1000,
+        "seconds of record time a run stays a parent its children find in the run directory (a parent "
+        "appended longer before its child gets no edge, counted as too_old)",
+        parse=float,
+        env="OLSTREAM_PARENT_RETENTION_SECONDS",
         check=at_least(0),
     ),
     Setting("job_prefix", _mapping("job_prefix"), "prefix before every job name (once, at the front)"),
@@ -130,6 +140,7 @@ class WorkerSettings:
     batch_within: float = _D["batch_seconds"]
     state_cache_size: int = 20_000
     retention_ms: int = DEFAULT_RETENTION_MS
+    parent_retention_ms: int = DEFAULT_PARENT_RETENTION_MS
     metrics_port: int = _D["metrics_port"]
     metrics_host: str = _D["metrics_host"]
     session_timeout: float = _D["session_timeout"]
@@ -174,6 +185,7 @@ def resolve_worker_settings(
         output_partitions=r["output_partitions"],
         until_idle=r["until_idle"],
         retention_ms=int(r["retention"] * 1000),
+        parent_retention_ms=int(r["parent_retention"] * 1000),
         batch_size=r["batch_size"],
         metrics_port=r["metrics_port"],
         metrics_host=r["metrics_host"],

@@ -29,7 +29,14 @@ from prometheus_client import Counter, Gauge
 
 from olstream.connectors.source.rowcheck import Headers, RowChecker
 from olstream.contract import topics
-from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION, message_key
+from olstream.contract.wire import (
+    HEADER_HEADS,
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_TYPE,
+    ROW_REJECTED,
+    message_key,
+)
 from olstream.eventlog.store import StoredRow
 from olstream.shared import deadletter, kafka_clients
 from olstream.shared.errors import DeliveryError
@@ -60,6 +67,7 @@ PUBLISHED_OFFSET = Gauge(
 )
 
 
+_RUN_STARTED = b"RunStarted"
 _TOO_LARGE = deadletter.TOO_LARGE  # the check's result for a row above the limit (compared by identity)
 
 
@@ -124,8 +132,12 @@ class Publisher:
             if offset > self.acked.get(partition, -1):
                 self.acked[partition] = offset
 
-    def publish(self, rows: Sequence[StoredRow]) -> int:
+    def publish(self, rows: Sequence[StoredRow], heads: bytes | None = None) -> int:
         """Hand rows to the producer in order; returns how many were handed over (fewer on stop).
+
+        `heads` (`wire.encode_heads`), the log's heads read after these rows, goes on every
+        RunStarted (`wire.HEADER_HEADS`): a worker resolves the run's parent from every log partition
+        up to them. A row sent to the errors topic leaves a position marker in the records topic.
 
         Only the last message of a run of one log partition's good rows asks for a delivery
         report: the idempotent producer keeps a partition's messages in order and raises a fatal
@@ -151,6 +163,8 @@ class Publisher:
                 self._publish_error(row, headers)
                 done += 1
                 continue
+            if heads is not None and headers[2][1] == _RUN_STARTED:
+                headers.append((HEADER_HEADS, heads))
             if run and run[0][0].partition != row.partition:
                 handed = produce_run(run)
                 done += handed
@@ -335,12 +349,23 @@ class Publisher:
                 (deadletter.ERROR_DETAIL, f"row of {size} bytes, above the limit {self._max_record_bytes}")
             )
         key = message_key(row.partition)
-        while True:
-            try:
-                self._producer.produce(self._errors_topic, copy, key, headers=headers, on_delivery=delivered)
-                break
-            except BufferError:
-                self.poll(0.05)
+        # the position marker first, in the records topic: its readers see every position of the log
+        # partition, this one as rejected (`wire.ROW_REJECTED`), even when no row follows it
+        marker: Headers = [
+            (HEADER_PARTITION, str(row.partition).encode()),
+            (HEADER_OFFSET, str(row.offset).encode()),
+            (HEADER_TYPE, ROW_REJECTED),
+        ]
+        for topic, value, message_headers in (
+            (self._topic, b"", marker),
+            (self._errors_topic, copy, headers),
+        ):
+            while True:
+                try:
+                    self._producer.produce(topic, value, key, headers=message_headers, on_delivery=delivered)
+                    break
+                except BufferError:
+                    self.poll(0.05)
         self.errors += 1
         self.produced[row.partition] = row.offset
         ERRORS.labels(kind=deadletter.TOO_LARGE if too_large else "decode").inc()

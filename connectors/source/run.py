@@ -29,7 +29,7 @@ from olstream.connectors.source.publisher import (
 from olstream.connectors.source.publisher import producer_config as build_producer_config
 from olstream.connectors.source.resume import read_resume_positions
 from olstream.connectors.source.tailer import Gap, LogTailer
-from olstream.contract import topics
+from olstream.contract import topics, wire
 from olstream.eventlog.store import EventLogStore
 from olstream.eventlog.stores import open_store
 from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
@@ -206,7 +206,9 @@ class _SourceLoop:
                 if s.exactly_once and not self._in_txn:
                     self._begin()
                     self._in_txn, self._txn_started = True, now
-                if self.publisher.publish(rows) < len(rows):
+                # read after the rows: every row appended before one of them is at or below these heads
+                heads = wire.encode_heads(self._store.heads())
+                if self.publisher.publish(rows, heads) < len(rows):
                     break  # stopped while Kafka applied back-pressure
                 if self._in_txn and now - self._txn_started >= s.transaction_interval:
                     self._commit()

@@ -21,7 +21,16 @@ HEADER_TYPE = "olstream.type"
 """The record name: RunStarted, DatasetDeclared or RunEnded (absent when the row does not decode)."""
 HEADER_FINGERPRINT = "olstream.fingerprint"
 """16 hex characters: the CRC-64-AVRO fingerprint of the body's writer schema."""
-RECORD_HEADERS = (HEADER_PARTITION, HEADER_OFFSET, HEADER_TYPE, HEADER_FINGERPRINT)
+HEADER_HEADS = "olstream.heads"
+"""On a RunStarted: the event log's head offset of every log partition when the source read it, as
+``partition:offset`` pairs joined by commas (`encode_heads`). Every run appended before this one is at
+or below these heads, so a worker that has read every log partition up to them knows whether the
+run's parent is in the log (`olstream.streams.run_directory`)."""
+ROW_REJECTED = b"RowRejected"
+"""`HEADER_TYPE` of a position marker: the source sent the row at this position to its errors topic,
+and puts this empty message in its place so that readers of the records topic see every position
+of a log partition (a worker skips it)."""
+RECORD_HEADERS = (HEADER_PARTITION, HEADER_OFFSET, HEADER_TYPE, HEADER_FINGERPRINT, HEADER_HEADS)
 HEADER_RUN_ID = "olstream.run_id"
 """On an event: its `run.runId` (ASCII)."""
 
@@ -29,6 +38,28 @@ HEADER_RUN_ID = "olstream.run_id"
 def message_key(log_partition: int) -> bytes:
     """The Kafka key of a log partition's messages: its id in ASCII decimal."""
     return str(log_partition).encode("ascii")
+
+
+def encode_heads(heads: dict[int, int]) -> bytes:
+    """`HEADER_HEADS` of a log's heads (partition -> offset of its last row; empty partitions left out)."""
+    return ",".join(f"{p}:{o}" for p, o in sorted(heads.items()) if o >= 0).encode("ascii")
+
+
+def decode_heads(raw: bytes) -> dict[int, int] | None:
+    """The heads `encode_heads` wrote; None when the value is not of that form."""
+    out: dict[int, int] = {}
+    if not raw:
+        return out
+    try:
+        for pair in raw.decode("ascii").split(","):
+            partition, _, offset = pair.partition(":")
+            p, o = int(partition), int(offset)
+            if p < 0 or o < 0 or p in out:
+                return None
+            out[p] = o
+    except ValueError:
+        return None
+    return out
 
 
 def header_value(headers: Any, name: str) -> bytes | None:

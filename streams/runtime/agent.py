@@ -31,9 +31,11 @@ from olstream.contract import topics, wire
 from olstream.shared.errors import ExitCode
 from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_tracker import InputTracker
+from olstream.streams.run_directory import RunDirectory
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
+from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.record_step import RecordStep
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
@@ -93,7 +95,13 @@ class StreamWorker:
         self.tracker = InputTracker()
         self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, sa.settings.input_topic)
         self.table = RunTable(sa.settings, sa.table, self.owned_input_tps)
-        self.step = RecordStep(sa.settings, self.table, ErrorRecords(sa.settings, sender), sender)
+        self.directory = RunDirectory(sa.settings.parent_retention_ms)
+        self.reader = DirectoryReader(
+            sa.settings.connection, sa.settings.app_id, sa.settings.input_topic, sa.partitions, self.directory
+        )
+        self.step = RecordStep(
+            sa.settings, self.table, ErrorRecords(sa.settings, sender), sender, self.directory
+        )
         self.checkpoint = Checkpoint(
             sa.settings.input_topic,
             sender,
@@ -124,6 +132,28 @@ class StreamWorker:
         t = time.perf_counter()
         self.step.handle(event, log_offsets)
         self.busy_seconds += time.perf_counter() - t
+
+    async def wait_for_parents(self, event: Any) -> None:
+        """Wait until the run directory can resolve this record's parent (a RunStarted with heads).
+
+        Called before the record takes the lock: checkpoints and rebalances go on meanwhile, and the
+        directory's progress depends on the records topic only (`DirectoryReader`).
+        """
+        need = self.step.pending(event)
+        if need is None:
+            return
+        started = time.monotonic()
+        m.CHILDREN_WAITING.inc()
+        try:
+            while need is not None:
+                await self.reader.wait_covered(need)
+                need = self.step.pending(event)
+        finally:
+            m.CHILDREN_WAITING.dec()
+        m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
+        child_ms = event.message.timestamp
+        if isinstance(child_ms, (int, float)) and child_ms > 0:
+            m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, (self.reader.newest_ms - child_ms * 1000) / 1000))
 
     async def run_checkpoint(self) -> None:
         """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""
@@ -249,6 +279,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
+        worker.reader.start()
         async for event in stream.events():
             msg = event.message
             if msg.partition >= sa.partitions:  # the input grew since the start: leave
@@ -257,6 +288,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
                 taken = await worker.input.admit(msg.partition, msg.offset)
                 if taken is None:
                     continue
+                await worker.wait_for_parents(event)
                 async with worker.lock:
                     if not worker.tracker.owns(msg.partition, taken):
                         continue  # revoked while it waited for the lock: its next owner reads it again

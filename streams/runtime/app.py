@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 import faust
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from olstream.contract import topics
 from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit, topic_partitions
@@ -41,6 +41,28 @@ PARENT_NOT_VISIBLE = Counter(
     "Child runs emitted without a parent edge: what the edge needs of the parent (its identity, and "
     "with hierarchical job names its job path) is neither on the child's record nor in this worker's state",
 )
+PARENT_OUTCOMES = Counter(
+    "olstream_stream_parent_lookups_total",
+    "Child runs whose parent was looked up in the run directory, by outcome: found, absent (not in "
+    "the log up to the child's heads, or refused), ambiguous (its engine run id on two or more other "
+    "log partitions), too_old (older than --parent-retention)",
+    ["outcome"],
+)
+CHILDREN_WAITING = Gauge(
+    "olstream_stream_children_waiting",
+    "Child runs waiting for the run directory to read every log partition up to their heads",
+)
+PARENT_WAIT_SECONDS = Histogram(
+    "olstream_stream_parent_wait_seconds",
+    "Wall time a child run waited for the run directory before it was processed",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+)
+PARENT_WAIT_RECORD_SECONDS = Histogram(
+    "olstream_stream_parent_wait_record_seconds",
+    "Record time a child run waited: how far behind its append time the directory's newest record was",
+    buckets=(0.0, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0),
+)
+DIRECTORY_STARTS = Gauge("olstream_stream_directory_runs", "Run starts held by the run directory")
 JOB_PATH_TOO_LONG = Counter(
     "olstream_stream_job_path_too_long_total",
     "Child runs whose hierarchical job path would exceed the limit: named by a new path, no parent edge",

@@ -19,10 +19,12 @@ from typing import Any
 
 from olstream.contract import codec, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
-from olstream.contract.records import Record, RunEnded
+from olstream.contract.records import Record, RunEnded, RunStarted
 from olstream.shared.errors import DecodeError
+from olstream.streams import state as st
 from olstream.streams.log_marks import Verdict
-from olstream.streams.processor import apply
+from olstream.streams.processor import apply, parent_resolver
+from olstream.streams.run_directory import DirectoryLookup, Heads, NotCovered, RunDirectory
 from olstream.streams.runid import epoch_millis
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
@@ -38,13 +40,20 @@ class RecordStep:
     """Applies one input record: its state change into the batch's overlay, its events to the producer."""
 
     def __init__(
-        self, settings: WorkerSettings, table: RunTable, errors: ErrorRecords, sender: Sender
+        self,
+        settings: WorkerSettings,
+        table: RunTable,
+        errors: ErrorRecords,
+        sender: Sender,
+        directory: RunDirectory,
     ) -> None:
         self.settings = settings
         self.cfg = settings.mapping
         self.table = table
         self.errors = errors
         self.sender = sender
+        self.directory = directory
+        self.resolve_parent = parent_resolver(settings.mapping, settings.max_event_bytes)
         self.parent_warned = False
         self.path_warned = False
 
@@ -69,6 +78,8 @@ class RecordStep:
         self, event: Any, log_partition: int | None, log_offset: int | None, log_offsets: dict[int, int]
     ) -> None:
         msg = event.message
+        if not event.value and wire.header_value(msg.headers, wire.HEADER_TYPE) == wire.ROW_REJECTED:
+            return  # the source's marker of a row it sent to its errors topic: nothing to apply
         try:
             record = codec.decode(event.value, log_partition, log_offset)
         except DecodeError as e:  # undecodable, or invalid_time (naming the field)
@@ -78,11 +89,17 @@ class RecordStep:
         if record.offset > log_offsets.get(record.partition, -1):
             log_offsets[record.partition] = record.offset
         self.table.evict(record.partition, epoch_millis(record.append_time), event)
+        parents = self.parent_lookup(record, msg.headers) if isinstance(record, RunStarted) else None
         try:
-            step = apply(record, self.cfg, self.table.lookup, msg.partition)
+            step = apply(record, self.cfg, self.table.lookup, msg.partition, parents)
         except StreamInputError as e:
             self.errors.reject(event, e.reason, str(e))
             return
+        except NotCovered as e:  # the agent waited for the directory before it took the record
+            raise RuntimeError(
+                f"record at log partition {record.partition}, offset {record.offset}: the run directory "
+                f"is behind its heads {e.heads} after the wait"
+            ) from e
         if self.errors.too_large(event, record, step):
             return
         if step.write is not None:
@@ -93,6 +110,10 @@ class RecordStep:
                 )
         if step.replay:
             m.REPLAYS.inc()
+        if parents is not None and isinstance(record, RunStarted) and record.parent is not None:
+            outcome = parents.outcomes.get(record.parent.engine_run_id)
+            if outcome is not None:
+                m.PARENT_OUTCOMES.labels(outcome.value).inc()
         if step.parent_not_visible:
             self.note_parent_not_visible(record)
         if step.job_path_too_long:
@@ -102,6 +123,54 @@ class RecordStep:
             headers: Headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
             self.sender.send(output_topic, out.key, out.value, headers)
             m.event_counter(out.event_type).inc()
+
+    def parent_lookup(self, record: RunStarted, headers: Any) -> DirectoryLookup | None:
+        """The directory's lookup for a starting run whose record carries the log's heads; None (its
+        own log partition's state only) without them."""
+        raw = wire.header_value(headers, wire.HEADER_HEADS)
+        heads = None if raw is None else wire.decode_heads(raw)
+        if heads is None:
+            return None
+        return DirectoryLookup(
+            self.directory,
+            self.resolve_parent,
+            record.partition,
+            record.offset,
+            heads,
+            epoch_millis(record.append_time),
+        )
+
+    def pending(self, event: Any) -> Heads | None:
+        """The heads the directory must reach before this record can be applied; None when it can be.
+
+        Only a RunStarted with heads and a parent can wait; it is resolved here as it will be applied,
+        so a parent that itself waits makes the child wait for the parent's heads too.
+        """
+        msg = event.message
+        raw = wire.header_value(msg.headers, wire.HEADER_HEADS)
+        if raw is None or not event.value:
+            return None
+        heads = wire.decode_heads(raw)
+        if heads is None:
+            return None
+        try:
+            record = codec.decode(event.value)
+        except DecodeError:
+            return None
+        if not isinstance(record, RunStarted) or record.parent is None:
+            return None
+        if not self.directory.covers(heads):
+            return heads
+        lookup = self.parent_lookup(record, msg.headers)
+        if lookup is None:
+            return None
+        try:
+            st.start(record, self.cfg.job_prefix, lookup, msg.partition, self.cfg.hierarchical)
+        except NotCovered as e:
+            return e.heads
+        except StreamInputError:
+            return None  # refused when applied
+        return None
 
     def note_parent_not_visible(self, record: Record) -> None:
         m.PARENT_NOT_VISIBLE.inc()

@@ -69,6 +69,7 @@ def test_only_the_last_row_of_each_partition_run_asks_for_a_report_and_counts_ad
         ("t", b"2", True),
         ("t", b"0", False),
         ("t", b"1", True),  # the row before a corrupt one is reported: the errors topic waits for it
+        ("t", b"2", True),  # the corrupt row's position marker (`wire.ROW_REJECTED`), then its copy
         ("t.errors", b"2", True),
         ("t", b"3", True),
     ]
@@ -109,8 +110,10 @@ def test_a_row_above_the_limit_goes_to_the_errors_topic_bounded_and_the_rest_goe
     publisher.flush()
     assert [(m.topic, m.headers[1][1]) for m, _ in producer.sent] == [
         ("t", b"0"),
+        ("t", b"1"),  # each error row leaves its position marker in the records topic first
         ("t.errors", b"1"),
         ("t", b"2"),
+        ("t", b"0"),
         ("t.errors", b"0"),
         ("t", b"1"),
     ]

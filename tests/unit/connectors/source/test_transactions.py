@@ -269,6 +269,7 @@ def test_a_commit_publishes_records_error_records_and_the_checkpoint_together(
         (TOPIC, (0, 0)),
         (TOPIC, (0, 1)),
         (TOPIC, (0, 2)),
+        (TOPIC, (1, 0)),  # the error row's position marker (`wire.ROW_REJECTED`), then its copy
         (ERRORS, (1, 0)),
         (TOPIC, (1, 1)),
         (TOPIC, (1, 2)),

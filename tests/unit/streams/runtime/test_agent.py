@@ -269,6 +269,19 @@ class Exited(BaseException):
         self.code = code
 
 
+class FakeDirectoryReader:
+    """The run directory's reader without Kafka: these records carry no heads, so nothing waits."""
+
+    def __init__(self, *_args: Any, **_kw: Any) -> None:
+        self.newest_ms = 0
+
+    def start(self) -> None:
+        pass
+
+    async def wait_covered(self, heads: dict[int, int]) -> None:
+        raise AssertionError(f"a record without heads waited for the directory: {heads}")
+
+
 class Rig:
     """The worker as attach() builds it, on fakes; one event loop per test."""
 
@@ -296,6 +309,7 @@ class Rig:
         self.stream = FakeStream()
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
+        monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
         monkeypatch.setattr(checkpoint, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
