@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
+from olstream.infra.demo_support import histogram_buckets, quantile  # noqa: E402
 from olstream.infra.process import free_port  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
 from tests.support.stream_support import produce_rows, simulated_rows  # noqa: E402
@@ -145,6 +146,7 @@ def run_worker(
         cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
     first = last = None
+    scraped = ""
     rss_marks: dict[int, float] = {}
     peak = 0.0
     last_cpu = 0.0
@@ -156,6 +158,7 @@ def run_worker(
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
         except OSError:
             continue
+        scraped = text
         done = metric(text, "olstream_stream_records_total")
         started_runs = metric(
             text, 'olstream_stream_records_total{type="RunStarted"}'.replace("{", r"\{").replace("}", r"\}")
@@ -173,8 +176,9 @@ def run_worker(
         raise SystemExit(f"worker exited {proc.returncode}; see {work / 'worker.log'}")
     assert first is not None
     split = re.search(
-        r"\(([\d.]+) s processing records, ([\d.]+) s flushing batches\)", (work / "worker.log").read_text()
+        r"\(([\d.]+) s processing records, ([\d.]+) s in checkpoints\)", (work / "worker.log").read_text()
     )
+    waits = histogram_buckets(scraped, "olstream_stream_parent_wait_seconds")
     end = last or time.perf_counter()
     seconds = max(end - first[0], 1e-9)
     return {
@@ -185,6 +189,7 @@ def run_worker(
         "peak": peak,
         "marks": rss_marks,
         "split": split.groups() if split else None,
+        "child_delay": (quantile(waits, 0.5), quantile(waits, 0.99), int(waits.get(float("inf"), 0))),
     }
 
 
@@ -243,7 +248,13 @@ def main() -> int:
     print(f"worker wall time with start-up and shutdown: {w['wall']:.1f} s, CPU {w['cpu']:.1f} s")
     if w["split"]:
         busy, flush = w["split"]  # type: ignore[misc]
-        print(f"worker's own timers: {busy} s processing records, {flush} s flushing batches")
+        print(f"worker's own timers: {busy} s processing records, {flush} s in checkpoints")
+    p50, p99, children = w["child_delay"]  # type: ignore[misc]
+    if children and p50 is not None and p99 is not None:
+        print(
+            f"child START delay through the run directory ({children:,} children, from its histogram): "
+            f"p50 {1000 * p50:.1f} ms, p99 {1000 * p99:.1f} ms"
+        )
     marks = w["marks"]
     assert isinstance(marks, dict)
     for q in sorted(marks):

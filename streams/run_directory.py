@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from olstream.contract import codec
+from olstream.contract import codec, wire
 from olstream.contract.records import RunStarted
 from olstream.shared.errors import DecodeError
 from olstream.streams import state as st
@@ -70,7 +70,7 @@ class DirectoryEntry:
     partition: int
     offset: int
     body: bytes
-    heads: Heads | None
+    heads: bytes | None  # `wire.HEADER_HEADS` as read (decoded when the run is a parent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +80,11 @@ class Position:
     partition: int
     offset: int
     body: bytes | None = None  # a RunStarted's bytes; None for every other record
-    heads: Heads | None = None
+    heads: bytes | None = None  # its `wire.HEADER_HEADS`
     engine_run_id: str | None = None  # the RunStarted's (`start_position`); None if it does not decode
 
 
-def start_position(partition: int, offset: int, body: bytes, heads: Heads | None) -> Position:
+def start_position(partition: int, offset: int, body: bytes, heads: bytes | None) -> Position:
     """A RunStarted message as the directory keeps it (decoded once here, for its engine run id)."""
     try:
         record = codec.decode(body)
@@ -234,8 +234,9 @@ class DirectoryLookup:
             return None
         known, state = d.resolved(entry)
         if not known:
+            heads = None if entry.heads is None else wire.decode_heads(entry.heads)
             inner = DirectoryLookup(
-                d, self.resolve, entry.partition, entry.offset, entry.heads, epoch_millis(record.append_time)
+                d, self.resolve, entry.partition, entry.offset, heads, epoch_millis(record.append_time)
             )
             state = self.resolve(record, inner)  # NotCovered propagates: the child waits for it too
             d.remember(entry, state)

@@ -6,7 +6,8 @@ usually on another partition than their parent), 1 to 6 datasets per run, some d
 every end status with error details on failures, re-runs that supersede a run, nominal times
 on scheduled workflows, non-ASCII dataset names and some runs left open. Most children carry
 their parent's full coordinates and the tree's root; some carry only the parent's
-``engine_run_id`` (the "parent not visible" path) and some a full parent but no root.
+``engine_run_id`` (resolved through the worker's run directory), some a full parent but no root,
+and some name a parent that is not in the log at all (started by another engine: no edge).
 
 Everything (ids, times, choices) derives from the seed: the same seed and run count write the
 same records. Times start at `base_time` and advance by seeded increments, never the wall clock.
@@ -53,6 +54,7 @@ class SimulationSummary:
     children_on_other_partition: int
     children_with_partial_parent: int
     children_without_root: int
+    children_with_absent_parent: int
     superseding_runs: int
     scheduled_runs: int
     dataset_declarations: int
@@ -83,7 +85,8 @@ class SimulationSummary:
             "  runs by depth: " + ", ".join(f"{d}={n}" for d, n in sorted(self.by_depth.items())),
             f"  child runs: {self.child_runs} ({self.children_on_other_partition} on another partition "
             f"than their parent, {self.children_with_partial_parent} with only the parent's engine_run_id, "
-            f"{self.children_without_root} with no root)",
+            f"{self.children_without_root} with no root, {self.children_with_absent_parent} whose parent "
+            "is not in the log)",
             f"  superseding runs: {self.superseding_runs}; scheduled runs: {self.scheduled_runs}",
             f"  dataset declarations: {self.dataset_declarations} ({self.declared_twice} repeated, "
             f"{self.non_ascii_declarations} non-ASCII); workflow types: {self.workflow_types}",
@@ -100,6 +103,7 @@ class _Tally:
     other_partition: int = 0
     partial_parent: int = 0
     no_root: int = 0
+    absent_parent: int = 0
     superseding: int = 0
     scheduled: int = 0
     declarations: int = 0
@@ -121,7 +125,7 @@ class _Simulation:
         self.rng.shuffle(self.forced_status)
         self.forced_status.remove(RunStatus.SUPERSEDED)
         self.forced_status.append(RunStatus.SUPERSEDED)  # first: its re-run needs a spare run
-        self.forced_parent_modes = ["partial", "no_root"]
+        self.forced_parent_modes = ["absent", "partial", "no_root"]
         self.statuses = list(cat.STATUS_WEIGHTS)
         self.status_cumulative = list(itertools.accumulate(cat.STATUS_WEIGHTS.values()))
         self.random = self.rng.random
@@ -202,6 +206,11 @@ class _Simulation:
             elif mode == "no_root" or (mode is None and roll < 0.18):
                 parent_arg, root_arg = parent.ref, None  # full coordinates, no root
                 self.tally.no_root += 1
+            elif mode == "absent" or (mode is None and roll < 0.20):
+                # started by another engine: its parent's id is in no log partition (no seeded draw,
+                # so the rest of the workload stays as it was)
+                parent_arg, root_arg = RunRef(engine_run_id=f"other-engine/{parent.engine_run_id}"), None
+                self.tally.absent_parent += 1
         period = timedelta(minutes=wf.schedule_minutes or 0)
         run = self.writer.run_started(
             namespace=wf.namespace,
@@ -357,6 +366,7 @@ def simulate(
         children_on_other_partition=t.other_partition,
         children_with_partial_parent=t.partial_parent,
         children_without_root=t.no_root,
+        children_with_absent_parent=t.absent_parent,
         superseding_runs=t.superseding,
         scheduled_runs=t.scheduled,
         dataset_declarations=t.declarations,

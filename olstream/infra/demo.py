@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import signal
 import tempfile
@@ -24,16 +23,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from olstream.contract.topics import EVENTLOG, RUN_EVENTS, SINK_DLQ
+from olstream.infra.demo_report import WorkerFigures, cut_off_children, summary_rows, worker_figures
 from olstream.infra.demo_support import (
     Children,
     FileFollower,
     LogCounts,
     OutputTally,
-    count_in_logs,
     count_log,
     first_error,
-    metric_total,
-    scrape,
 )
 from olstream.infra.process import free_port
 from olstream.shared.config import redact_url, resolve
@@ -267,18 +264,9 @@ class Demo:
             "\n" + "\n".join(errors) if errors else ""
         )
 
-    def parent_not_visible(self) -> int:
+    def worker_figures(self) -> WorkerFigures:
         workers = [c for c in self.children.started if c.name.startswith("worker")]
-        total, scraped = 0.0, False
-        for c in workers:
-            if c.metrics_port:
-                text = scrape(c.metrics_port)
-                if text:
-                    scraped = True
-                    total += metric_total(text, "parent_not_visible")
-        if scraped:
-            return int(total)
-        return count_in_logs((c.log_path for c in workers), "parent_not_visible")
+        return worker_figures([c.metrics_port for c in workers], [c.log_path for c in workers])
 
     def run(self) -> int:
         started = time.monotonic()
@@ -291,7 +279,7 @@ class Demo:
         counts = self.simulate(f"sqlite:///{self.work / 'events.db'}")
         self.start_pipeline(bootstrap, topics, f"sqlite:///{self.work / 'events.db'}", url)
         tally = self.wait(bootstrap, topics, counts, url)
-        not_visible = self.parent_not_visible()
+        figures = self.worker_figures()
         with self.console.status("stopping source, workers and sink ..."):
             self.children.stop()
         from olstream.infra.demo_kafka import read_rejections
@@ -300,7 +288,14 @@ class Demo:
         if url:
             self.s.out.parent.mkdir(parents=True, exist_ok=True)
             self.s.out.write_bytes(b"".join(sorted(raw + b"\n" for raw in tally.seen)))
-        self.report(counts, tally, not_visible, time.monotonic() - started, url, rejected)
+        self.report(counts, tally, figures, time.monotonic() - started, url, rejected)
+        cut_off = cut_off_children(counts, tally)
+        if cut_off:
+            self.console.print(
+                f"[red]✗[/] {len(cut_off)} child run(s) whose parent is in the log lack their parent edge, "
+                f"for example engine run id {cut_off[0]}"
+            )
+            return 1
         if self.s.bootstrap:
             topic_args = " ".join(
                 f"--topic {t}" for t in (topics.eventlog, topics.eventlog + ".errors", topics.events)
@@ -330,7 +325,7 @@ class Demo:
         self,
         counts: LogCounts,
         tally: OutputTally,
-        not_visible: int,
+        figures: WorkerFigures,
         elapsed: float,
         url: str | None,
         rejected: Rejections,
@@ -338,27 +333,12 @@ class Demo:
         from olstream.infra.graph import build_graph, render
 
         lineage = build_graph(tally.events)
-        summary = lineage.summary()
         table = Table(title="olstream demo", show_header=False)
         table.add_column(justify="left")
         table.add_column(justify="right")
-        rows: list[tuple[str, object]] = [
-            ("runs simulated (started / finished)", f"{counts.runs_started} / {counts.runs_finished}"),
-            *((f"events {t}", n) for t, n in sorted(lineage.events_by_type.items())),
-            ("duplicate deliveries (byte-identical)", tally.duplicates),
-            ("re-sent events that differ (must be 0)", tally.conflicting),
-            ("jobs", summary["jobs"]),
-            ("datasets", summary["datasets"]),
-            ("dataset edges (read/write)", summary["dataset_edges"]),
-            ("parent edges", summary["parent_edges"]),
-            ("parent_not_visible", not_visible),
-            ("events rejected by the receiver (must be 0)", rejected.total),
-            *(
-                (f"  rejected with HTTP {status}", f"{n}, first: {first_reason(reason)}")
-                for status, (n, reason) in sorted(rejected.by_status.items())
-            ),
-            ("elapsed", f"{elapsed:.1f} s"),
-        ]
+        rows = summary_rows(
+            counts, tally, lineage.summary(), lineage.events_by_type, figures, rejected, elapsed
+        )
         for key, value in rows:
             table.add_row(key, str(value))
         self.console.print(table)
@@ -384,12 +364,6 @@ class Demo:
             self.console.print(f"work directory (process logs): {self.work}")
         else:
             shutil.rmtree(self.work, ignore_errors=True)
-
-
-def first_reason(body: str, limit: int = 160) -> str:
-    """A receiver's response as one short line (Marquez answers an HTML page: its text, tags dropped)."""
-    text = " ".join(re.sub(r"<[^>]*>", " ", body).split())
-    return (text[:limit] + "…") if len(text) > limit else (text or "(empty body)")
 
 
 def _interrupt(signum: int, frame: object) -> None:

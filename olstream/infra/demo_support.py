@@ -31,6 +31,26 @@ class LogCounts:
     runs_started: int
     runs_finished: int  # runs with both RunStarted and RunEnded: each needs one terminal event
     undecodable: int
+    children_with_parent: frozenset[str] = frozenset()  # engine run ids: children whose parent is in the log
+    children_parent_absent: int = 0  # children whose parent is in no log partition
+
+
+def parent_edges(events: list[dict[str, object]]) -> tuple[set[str], set[str]]:
+    """Engine run ids of the runs whose START carries a parent facet, and of those whose START does not."""
+    with_edge: set[str] = set()
+    without: set[str] = set()
+    for e in events:
+        if e.get("eventType") != "START":
+            continue
+        run = e.get("run")
+        facets = run.get("facets") if isinstance(run, dict) else None
+        if not isinstance(facets, dict):
+            continue
+        workflow = facets.get("workflow")
+        rid = workflow.get("engineRunId") if isinstance(workflow, dict) else None
+        if isinstance(rid, str):
+            (with_edge if "parent" in facets else without).add(rid)
+    return with_edge, without
 
 
 def count_log(url: str) -> LogCounts:
@@ -42,6 +62,7 @@ def count_log(url: str) -> LogCounts:
     store = open_store(url)
     started: set[str] = set()
     ended: set[str] = set()
+    parents: dict[str, str] = {}  # child's engine run id -> its parent's
     records = bad = 0
     try:
         for partition in store.partitions():
@@ -57,11 +78,14 @@ def count_log(url: str) -> LogCounts:
                         continue
                     if isinstance(record, RunStarted):
                         started.add(record.engine_run_id)
+                        if record.parent is not None:
+                            parents[record.engine_run_id] = record.parent.engine_run_id
                     elif isinstance(record, RunEnded):
                         ended.add(record.engine_run_id)
     finally:
         store.close()
-    return LogCounts(records, len(started), len(started & ended), bad)
+    in_log = frozenset(child for child, parent in parents.items() if parent in started)
+    return LogCounts(records, len(started), len(started & ended), bad, in_log, len(parents) - len(in_log))
 
 
 @dataclass
@@ -134,6 +158,46 @@ def metric_total(text: str, fragment: str) -> float:
             with contextlib.suppress(ValueError):
                 total += float(m.group(3))
     return total
+
+
+def histogram_buckets(text: str, name: str) -> dict[float, float]:
+    """A histogram's cumulative bucket counts (`le` -> count) in Prometheus text, summed over labels."""
+    out: dict[float, float] = {}
+    for m in re.finditer(
+        rf'^{re.escape(name)}_bucket\{{(?:[^}}]*,)?le="([^"]+)"[^}}]*\}}\s+(\S+)$', text, re.M
+    ):
+        le = float(m.group(1))
+        out[le] = out.get(le, 0.0) + float(m.group(2))
+    return out
+
+
+def merge_buckets(parts: Iterable[dict[float, float]]) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for part in parts:
+        for le, n in part.items():
+            out[le] = out.get(le, 0.0) + n
+    return out
+
+
+def quantile(buckets: dict[float, float], q: float) -> float | None:
+    """Prometheus's `histogram_quantile`: linear within the bucket holding the q-th observation."""
+    if not buckets:
+        return None
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank:
+            if le == float("inf"):
+                return lower  # beyond the last finite bound: its bound, as Prometheus does
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = le, count
+    return lower
 
 
 def scrape(port: int, timeout: float = 2.0) -> str:

@@ -134,26 +134,30 @@ class StreamWorker:
         self.busy_seconds += time.perf_counter() - t
 
     async def wait_for_parents(self, event: Any) -> None:
-        """Wait until the run directory can resolve this record's parent (a RunStarted with heads).
+        """Wait until the run directory can resolve this record's parent (a child with heads).
 
         Called before the record takes the lock: checkpoints and rebalances go on meanwhile, and the
-        directory's progress depends on the records topic only (`DirectoryReader`).
+        directory's progress depends on the records topic only (`DirectoryReader`). Every such child's
+        wait is observed, a zero one too: the START delay the directory adds.
         """
-        need = self.step.pending(event)
-        if need is None:
+        child = self.step.child_with_heads(event)
+        if child is None:
             return
         started = time.monotonic()
-        m.CHILDREN_WAITING.inc()
-        try:
-            while need is not None:
-                await self.reader.wait_covered(need)
-                need = self.step.pending(event)
-        finally:
-            m.CHILDREN_WAITING.dec()
+        need = self.step.pending(child, event.message.headers)
+        if need is not None:
+            m.CHILDREN_WAITING.inc()
+            try:
+                while need is not None:
+                    await self.reader.wait_covered(need)
+                    need = self.step.pending(child, event.message.headers)
+            finally:
+                m.CHILDREN_WAITING.dec()
+            child_s = event.message.timestamp
+            if isinstance(child_s, (int, float)) and child_s > 0:
+                behind = (self.reader.newest_ms - child_s * 1000) / 1000
+                m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
         m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
-        child_ms = event.message.timestamp
-        if isinstance(child_ms, (int, float)) and child_ms > 0:
-            m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, (self.reader.newest_ms - child_ms * 1000) / 1000))
 
     async def run_checkpoint(self) -> None:
         """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""

@@ -54,8 +54,9 @@ CHILDREN_WAITING = Gauge(
 )
 PARENT_WAIT_SECONDS = Histogram(
     "olstream_stream_parent_wait_seconds",
-    "Wall time a child run waited for the run directory before it was processed",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
+    "Wall time a child run with heads waited for the run directory before it was processed (every such "
+    "child, zero waits included: the START delay the directory adds)",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0),
 )
 PARENT_WAIT_RECORD_SECONDS = Histogram(
     "olstream_stream_parent_wait_record_seconds",

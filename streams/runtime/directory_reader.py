@@ -52,8 +52,7 @@ def read_position(headers: Any, value: bytes | None) -> Position | None:
         return None
     if kind != _RUN_STARTED or not value:
         return Position(p, o)
-    heads = wire.decode_heads(heads_raw) if isinstance(heads_raw, bytes) else None
-    return start_position(p, o, bytes(value), heads)
+    return start_position(p, o, bytes(value), heads_raw if isinstance(heads_raw, bytes) else None)
 
 
 class DirectoryReader:

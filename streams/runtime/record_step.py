@@ -140,32 +140,30 @@ class RecordStep:
             epoch_millis(record.append_time),
         )
 
-    def pending(self, event: Any) -> Heads | None:
-        """The heads the directory must reach before this record can be applied; None when it can be.
-
-        Only a RunStarted with heads and a parent can wait; it is resolved here as it will be applied,
-        so a parent that itself waits makes the child wait for the parent's heads too.
-        """
+    def child_with_heads(self, event: Any) -> RunStarted | None:
+        """The record, when it is a RunStarted with a parent and the source's heads (it may wait)."""
         msg = event.message
-        raw = wire.header_value(msg.headers, wire.HEADER_HEADS)
-        if raw is None or not event.value:
-            return None
-        heads = wire.decode_heads(raw)
-        if heads is None:
+        if not event.value or wire.header_value(msg.headers, wire.HEADER_HEADS) is None:
             return None
         try:
             record = codec.decode(event.value)
         except DecodeError:
             return None
-        if not isinstance(record, RunStarted) or record.parent is None:
-            return None
-        if not self.directory.covers(heads):
-            return heads
-        lookup = self.parent_lookup(record, msg.headers)
+        return record if isinstance(record, RunStarted) and record.parent is not None else None
+
+    def pending(self, record: RunStarted, headers: Any) -> Heads | None:
+        """The heads the directory must reach before this child can be applied; None when it can be.
+
+        It is resolved here as it will be applied, so a parent that itself waits makes the child
+        wait for the parent's heads too.
+        """
+        lookup = self.parent_lookup(record, headers)
         if lookup is None:
             return None
+        if lookup.heads is not None and not self.directory.covers(lookup.heads):
+            return lookup.heads
         try:
-            st.start(record, self.cfg.job_prefix, lookup, msg.partition, self.cfg.hierarchical)
+            st.start(record, self.cfg.job_prefix, lookup, 0, self.cfg.hierarchical)
         except NotCovered as e:
             return e.heads
         except StreamInputError:

@@ -21,7 +21,7 @@ from olstream.eventlog.stores import open_store
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.receiver import Receiver
 from tests.support.sink_harness import OLSTREAM, run_sink
-from tests.support.stream_support import Out, consume_all, expected_job_paths, run_until_idle, worker_cmd
+from tests.support.stream_support import Out, consume_all, expected_job_paths, start_worker, worker_cmd
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +46,21 @@ def deliver(
     return rules, receiver
 
 
+@pytest.mark.parametrize(("workers", "partitions"), [(2, 6), (3, 9)])
 def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
-    kafka_bootstrap: str, make_topic: Any, unique_group: str, tmp_path: Path
+    workers: int, partitions: int, kafka_bootstrap: str, make_topic: Any, unique_group: str, tmp_path: Path
 ) -> None:
     log_url = f"sqlite:///{tmp_path / 'events.db'}"
-    eventlog, events_topic, errors = make_topic(3), make_topic(3), make_topic(1)
+    eventlog, events_topic, errors = make_topic(partitions), make_topic(partitions), make_topic(1)
     _olstream("log", "simulate", "--log", log_url, "--runs", "400", "--seed", "11", "--partitions", "6")
     _olstream("source", "--log", log_url, "--bootstrap", kafka_bootstrap, "--topic", eventlog, "--until-idle")
-    cmd = worker_cmd(kafka_bootstrap, unique_group, tmp_path / "w", eventlog, events_topic, errors)
-    run_until_idle(cmd, tmp_path / "worker.log")
+    procs = []
+    for i in range(workers):  # one group: each worker owns some log partitions, parents are anywhere
+        cmd = worker_cmd(kafka_bootstrap, unique_group, tmp_path / f"w{i}", eventlog, events_topic, errors)
+        log = tmp_path / f"worker{i}.log"
+        procs.append((start_worker([*cmd, "--until-idle"], log), log))
+    for proc, log in procs:
+        assert proc.wait(240) == 0, log.read_text()[-4000:]
 
     store = open_store(log_url)
     try:
@@ -65,6 +71,19 @@ def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
     starts = {r.engine_run_id: r for r in records if isinstance(r, RunStarted)}
     expected = expected_job_paths(starts)
     assert max(p.count("@") for p, _ in expected.values()) >= 5, "the workload has depth 4 and more"
+    children = [r for r in starts.values() if r.parent is not None]
+    in_log = [r for r in children if r.parent is not None and r.parent.engine_run_id in starts]
+    across = [
+        r
+        for r in in_log
+        if r.parent is not None
+        and not r.parent.is_complete
+        and starts[r.parent.engine_run_id].partition != r.partition
+    ]
+    absent = [r for r in children if r not in in_log]
+    assert across and absent, "children that need the run directory, and children whose parent is absent"
+    assert all(expected[r.engine_run_id][1] for r in in_log), "a parent in the log always gives an edge"
+    assert not any(expected[r.engine_run_id][1] for r in absent)
     outs: list[Out] = consume_all(kafka_bootstrap, events_topic, expect=len(starts), idle=2.0)
     events = [o.doc for o in outs]
     for e in events:
@@ -77,6 +96,12 @@ def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
     sink_group = f"{unique_group}-sink"
     rules, receiver = deliver(kafka_bootstrap, events_topic, sink_group, make_topic(1), tmp_path, "a")
     check(rules, receiver, events)
+    roots = {(j.namespace, j.name) for j in rules.snapshot().jobs.values() if j.parent is None}
+    expected_roots = {(e["job"]["namespace"], e["job"]["name"]) for e in events
+                      if not expected[e["run"]["facets"]["workflow"]["engineRunId"]][1]}  # fmt: skip
+    assert roots == expected_roots, (
+        f"jobs standing as roots that are children: {sorted(roots - expected_roots)[:5]}"
+    )
 
     # 2. every child's events before its parent's: deepest runs first, one partition keeps that order
     depth = {rid: p.count("@") for rid, (p, _) in expected.items()}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from olstream.contract import wire
 from olstream.eventlog.simulate import simulate
 from olstream.eventlog.store import StoredRow
 from olstream.eventlog.stores import open_store
@@ -121,6 +122,11 @@ def message_count(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+def markers(messages: Sequence[Published]) -> list[tuple[int, int]]:
+    """Positions of the rejected rows' markers (`wire.ROW_REJECTED`) among records-topic messages."""
+    return [m.position for m in messages if m.header.get("olstream.type") == wire.ROW_REJECTED]
+
+
 def by_log_partition(messages: Sequence[Published]) -> dict[int, list[Published]]:
     out: dict[int, list[Published]] = defaultdict(list)
     for m in messages:
@@ -144,8 +150,17 @@ def assert_complete_and_ordered(
         for m in msgs:
             pos = m.position
             assert m.key == str(partition).encode()
+            if m.header.get("olstream.type") == wire.ROW_REJECTED:  # a rejected row's position marker
+                assert m.value == b"" and pos not in rows, pos
+                assert set(m.header) == HEADER_NAMES - {"olstream.fingerprint"}
+                continue
             assert m.value == rows[pos], f"bytes differ at {pos}"
-            assert set(m.header) == HEADER_NAMES
+            if m.header["olstream.type"] == b"RunStarted":
+                assert set(m.header) == HEADER_NAMES | {wire.HEADER_HEADS}
+                heads = wire.decode_heads(m.header[wire.HEADER_HEADS])
+                assert heads is not None and heads.get(partition, -1) >= pos[1], (pos, heads)
+            else:
+                assert set(m.header) == HEADER_NAMES
             assert m.header["olstream.fingerprint"] == m.value[2:10].hex().encode()
             if pos[1] <= high:  # a re-publication: byte-identical to the first copy
                 assert not exactly_once, f"{pos} seen twice"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from olstream.contract import codec
+from olstream.contract import codec, wire
 from olstream.contract.naming import job_segment
 from olstream.contract.records import Record, RunStarted
 from olstream.eventlog.simulate import SimulationSummary, simulate
@@ -47,18 +47,35 @@ def simulated_rows(
         store.close()
 
 
-def headers_for(partition: int, offset: int, payload: bytes) -> list[tuple[str, bytes]]:
+def headers_for(
+    partition: int, offset: int, payload: bytes, heads: bytes | None = None
+) -> list[tuple[str, bytes]]:
+    """The source's headers of a row (docs/contract.md); `heads` (`wire.encode_heads`) go on a RunStarted."""
     name = codec.peek_record_name(payload)
-    return [
+    headers = [
         ("olstream.partition", str(partition).encode()),
         ("olstream.offset", str(offset).encode()),
         ("olstream.type", name.encode()),
         ("olstream.fingerprint", payload[2 : codec.HEADER_LEN].hex().encode()),
     ]
+    if heads is not None and name == "RunStarted":
+        headers.append((wire.HEADER_HEADS, heads))
+    return headers
+
+
+def heads_of(rows: Iterable[StoredRow]) -> bytes:
+    """The heads of a log holding these rows: what the source puts on a RunStarted it read from it."""
+    heads: dict[int, int] = {}
+    for row in rows:
+        heads[row.partition] = max(row.offset, heads.get(row.partition, -1))
+    return wire.encode_heads(heads)
 
 
 def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
-    """Publish rows as the source connector does: key = log partition, value = the stored bytes."""
+    """Publish rows as the source connector does: key = log partition, value = the stored bytes, and
+    on every RunStarted the heads of the log these rows make up (every row was there when it was read)."""
+    rows = list(rows)
+    heads = heads_of(rows)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     n = 0
     for row in rows:
@@ -68,7 +85,7 @@ def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
                     topic,
                     row.payload,
                     str(row.partition).encode(),
-                    headers=headers_for(row.partition, row.offset, row.payload),
+                    headers=headers_for(row.partition, row.offset, row.payload, heads),
                 )
                 break
             except BufferError:
@@ -207,8 +224,9 @@ def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bo
 
     The rule of docs/naming.md, from the durable records alone: a root is its own segment; a child
     extends its parent's path when its record carries the parent's full coordinates and path, or
-    names the parent as its root too, or when the parent is on the same log partition (and so
-    always in the worker's state first); otherwise it is named as a root and has no parent edge.
+    names the parent as its root too, or when the parent's RunStarted is in the log, on any log
+    partition (the run directory finds it, for records with the source's heads); otherwise (the
+    parent is in no log partition) it is named as a root and has no parent edge.
     """
     out: dict[str, tuple[str, bool]] = {}
 
@@ -227,7 +245,7 @@ def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bo
             result = (f"{p.job_name}.{own}", True)
         elif p.is_complete and r.root is not None and r.root.engine_run_id == p.engine_run_id:
             result = (f"{job_segment(p.workflow_type or '', p.workflow_version or '')}.{own}", True)
-        elif p.engine_run_id in starts and starts[p.engine_run_id].partition == r.partition:
+        elif p.engine_run_id in starts:
             result = (f"{path(p.engine_run_id)[0]}.{own}", True)
         out[rid] = result
         return result

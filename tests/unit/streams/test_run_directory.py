@@ -39,7 +39,8 @@ def run(
 
 
 def register(d: RunDirectory, record: RunStarted, heads: dict[int, int] | None = None) -> None:
-    d.add([start_position(record.partition, record.offset, codec.encode(record), heads)])
+    raw = None if heads is None else wire.encode_heads(heads)
+    d.add([start_position(record.partition, record.offset, codec.encode(record), raw)])
 
 
 def child_of(parent_rid: str, partition: int = 1, offset: int = 5, wf: str = "step") -> RunStarted:

@@ -29,6 +29,7 @@ from tests.support.source_support import (
     append_raw,
     assert_complete_and_ordered,
     by_log_partition,
+    markers,
     message_count,
     read_rows,
     read_topic,
@@ -192,6 +193,7 @@ def test_corrupt_rows_go_to_the_errors_topic_and_the_rest_flows(
     good = {pos: b for pos, b in rows.items() if pos not in corrupt}
     published = read_topic(kafka_bootstrap, unique_topic, read_committed=True)
     assert_complete_and_ordered(published, good, exactly_once=True)
+    assert sorted(markers(published)) == sorted(corrupt), "each corrupt row leaves its position marker"
     assert first.stderr.count("does not decode") == 6
 
     # a corrupt last row is not published again, and rows appended after it still flow
