@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -29,8 +31,14 @@ from olstream.contract import codec, wire  # noqa: E402
 from olstream.contract.records import RunRef, RunStarted  # noqa: E402
 from olstream.streams.mapping import MappingConfig  # noqa: E402
 from olstream.streams.processor import parent_resolver  # noqa: E402
-from olstream.streams.run_directory import DirectoryLookup, RunDirectory, start_position  # noqa: E402
+from olstream.streams.run_directory import (  # noqa: E402
+    DirectoryLookup,
+    MemoryRunStarts,
+    RunDirectory,
+    start_position,
+)
 from olstream.streams.runid import epoch_millis  # noqa: E402
+from olstream.streams.runtime.disk_run_starts import DiskRunStarts  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,12 +51,13 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(runs: int, partitions: int) -> dict[str, float]:
+def measure(runs: int, partitions: int, disk: bool) -> dict[str, float]:
     ids = [str(uuid.UUID(int=(i * 0x9E3779B97F4A7C15) % (1 << 128), version=4)) for i in range(runs)]
     offsets = [0] * partitions
     heads: dict[int, int] = {}
     before = rss_mib()
-    directory = RunDirectory()
+    work = Path(tempfile.mkdtemp(prefix="olstream-bench-directory-"))
+    directory = RunDirectory(starts=DiskRunStarts(work / "starts") if disk else MemoryRunStarts())
     started = time.perf_counter()
     children: list[RunStarted] = []
     batch = []
@@ -88,6 +97,7 @@ def measure(runs: int, partitions: int) -> dict[str, float]:
         found += lookup(child.parent.engine_run_id) is not None
     lookup_seconds = time.perf_counter() - started
     assert found == len(children), f"{found} of {len(children)} parents found"
+    shutil.rmtree(work, ignore_errors=True)
     return {
         "runs": runs,
         "rss_mib": after - before,
@@ -102,21 +112,22 @@ def main() -> int:
     parser.add_argument("--runs", type=int, nargs="+", default=[250_000, 1_000_000])
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--store", choices=("disk", "memory"), default="disk", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.partitions)))
+        print(json.dumps(measure(args.one, args.partitions, args.store == "disk")))
         return 0
-    print(f"{'runs':>10} {'directory RSS':>14} {'bytes/run':>10} {'registered/s':>13} {'lookups/s':>10}")
-    for runs in args.runs:
-        done = subprocess.run(
-            [sys.executable, __file__, "--one", str(runs), "--partitions", str(args.partitions)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+    print(
+        f"{'starts kept':>12} {'runs':>10} {'directory RSS':>14} {'bytes/run':>10} {'registered/s':>13} "
+        f"{'lookups/s':>10}"
+    )
+    for store, runs in ((store, runs) for store in ("disk", "memory") for runs in args.runs):
+        cmd = [sys.executable, __file__, "--one", str(runs), "--partitions", str(args.partitions)]
+        done = subprocess.run([*cmd, "--store", store], capture_output=True, text=True, check=True)
         r = json.loads(done.stdout)
+        where = "on disk" if store == "disk" else "in memory"
         print(
-            f"{r['runs']:>10,} {r['rss_mib']:>10.0f} MiB {r['bytes_per_run']:>10.0f} "
+            f"{where:>12} {r['runs']:>10,} {r['rss_mib']:>10.0f} MiB {r['bytes_per_run']:>10.0f} "
             f"{r['registered_per_s']:>13,.0f} {r['lookups_per_s']:>10,.0f}"
         )
     return 0

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from olstream.contract import codec, wire
 from olstream.contract.records import RunStarted
@@ -99,38 +100,68 @@ Resolver = Callable[[RunStarted, st.Lookup], st.RunState | None]
 """A parent's record + the lookup for its own parents -> its state, or None when the worker refuses it."""
 
 
+class RunStarts(Protocol):
+    """Where the directory keeps the starts: in memory (`MemoryRunStarts`), or on disk
+    (``olstream.streams.runtime.disk_run_starts``) so that a worker's memory does not grow with them."""
+
+    def put(self, engine_run_id: str, entry: DirectoryEntry) -> bool:
+        """Keep `entry`; False when a start at its position was kept before (a re-read)."""
+        ...
+
+    def get(self, engine_run_id: str) -> list[DirectoryEntry]:
+        """Every start kept for `engine_run_id`, in no particular order."""
+        ...
+
+
+class MemoryRunStarts:
+    """The starts in a dict (tests, benches)."""
+
+    def __init__(self) -> None:
+        self._starts: dict[str, DirectoryEntry | list[DirectoryEntry]] = {}
+
+    def put(self, engine_run_id: str, entry: DirectoryEntry) -> bool:
+        starts = self._starts
+        known = starts.get(engine_run_id)
+        if known is None:
+            starts[engine_run_id] = entry
+            return True
+        entries = known if isinstance(known, list) else [known]
+        if any((e.partition, e.offset) == (entry.partition, entry.offset) for e in entries):
+            return False
+        starts[engine_run_id] = [*entries, entry]
+        return True
+
+    def get(self, engine_run_id: str) -> list[DirectoryEntry]:
+        known = self._starts.get(engine_run_id)
+        if known is None:
+            return []
+        return list(known) if isinstance(known, list) else [known]
+
+
 class RunDirectory:
     """Every run start read so far, by engine run id, and how far each log partition was read."""
 
-    def __init__(self, retention_ms: int = DEFAULT_PARENT_RETENTION_MS) -> None:
+    def __init__(
+        self, retention_ms: int = DEFAULT_PARENT_RETENTION_MS, starts: RunStarts | None = None
+    ) -> None:
         self.retention_ms = retention_ms
         self.seen: dict[int, int] = {}  # log partition -> highest offset read
-        self._starts: dict[str, DirectoryEntry | list[DirectoryEntry]] = {}
+        self._starts: RunStarts = MemoryRunStarts() if starts is None else starts
         self._resolved: OrderedDict[tuple[int, int], st.RunState | None] = OrderedDict()
         self.entries = 0
 
     def add(self, positions: Iterable[Position]) -> None:
         """Register what was read, in the records topic's order (per log partition: the log's order)."""
         seen = self.seen
-        starts = self._starts
+        put = self._starts.put
         for pos in positions:
             if pos.offset > seen.get(pos.partition, -1):
                 seen[pos.partition] = pos.offset
             rid = pos.engine_run_id
             if pos.body is None or rid is None:
                 continue
-            entry = DirectoryEntry(pos.partition, pos.offset, pos.body, pos.heads)
-            known = starts.get(rid)
-            if known is None:
-                starts[rid] = entry
-            elif isinstance(known, list):
-                if entry not in known:
-                    known.append(entry)
-            elif known != entry:
-                starts[rid] = [known, entry]
-            else:
-                continue  # the same message again (a producer's retry, a re-read)
-            self.entries += 1
+            if put(rid, DirectoryEntry(pos.partition, pos.offset, pos.body, pos.heads)):
+                self.entries += 1
 
     def covers(self, heads: Heads) -> bool:
         """True once every log partition has been read up to its head in `heads`."""
@@ -138,10 +169,7 @@ class RunDirectory:
         return all(seen.get(p, -1) >= h for p, h in heads.items())
 
     def starts_of(self, engine_run_id: str) -> list[DirectoryEntry]:
-        known = self._starts.get(engine_run_id)
-        if known is None:
-            return []
-        return known if isinstance(known, list) else [known]
+        return self._starts.get(engine_run_id)
 
     def choose(
         self, engine_run_id: str, partition: int, offset: int, heads: Heads | None, child_ms: int

@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
@@ -36,6 +37,7 @@ from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
+from olstream.streams.runtime.disk_run_starts import DiskRunStarts
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.record_step import RecordStep
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
@@ -95,7 +97,8 @@ class StreamWorker:
         self.tracker = InputTracker()
         self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, sa.settings.input_topic)
         self.table = RunTable(sa.settings, sa.table, self.owned_input_tps)
-        self.directory = RunDirectory(sa.settings.parent_retention_ms)
+        starts = DiskRunStarts(Path(sa.settings.data_dir) / "run-directory")
+        self.directory = RunDirectory(sa.settings.parent_retention_ms, starts)
         self.reader = DirectoryReader(
             sa.settings.connection, sa.settings.app_id, sa.settings.input_topic, sa.partitions, self.directory
         )

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from olstream.infra import mirror
+from olstream.infra.demo_support import count_log, parent_edges
 from olstream.infra.mirror_config import MirrorSettings, remote_topic
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
@@ -193,6 +194,11 @@ def test_two_regions_emit_the_same_events_with_another_partition_count_in_b(tmp_
         events_a, events_b = region_a.events(), region_b.events()
     assert len(events_a) > 0
     compare(events_a, events_b)
+    # every child whose parent is in the log carries its edge, wherever the parent is (run directory)
+    counts = count_log(log.url)
+    with_edge, _ = parent_edges([o.doc for o in events_a])
+    assert counts.children_with_parent and counts.children_parent_absent
+    assert sorted(counts.children_with_parent - with_edge) == []
     print(f"{len(events_a)} events in A (1 worker), {len(events_b)} in B (3 workers, a 9-partition copy)")
 
 

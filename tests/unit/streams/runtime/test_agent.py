@@ -30,6 +30,7 @@ from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError, ExitCode
 from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
+from olstream.streams.run_directory import MemoryRunStarts
 from olstream.streams.runtime import agent, checkpoint, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
@@ -310,6 +311,7 @@ class Rig:
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
+        monkeypatch.setattr(agent, "DiskRunStarts", lambda _path: MemoryRunStarts())
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
         monkeypatch.setattr(checkpoint, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
