@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from functools import cache
 from typing import Protocol
 
 from olstream.contract import codec, wire
@@ -86,14 +87,55 @@ class Position:
 
 
 def start_position(partition: int, offset: int, body: bytes, heads: bytes | None) -> Position:
-    """A RunStarted message as the directory keeps it (decoded once here, for its engine run id)."""
+    """A RunStarted message as the directory keeps it, with its engine run id.
+
+    Bodies in the current writer schema are not decoded: their engine run id is the fourth field,
+    after three varints. Whether the record decodes at all is decided when it is looked up
+    (`_decoded`): a start the worker refuses is absent either way.
+    """
+    rid = _current_engine_run_id(body)
+    if rid is None:
+        try:
+            record = codec.decode(body)
+        except DecodeError:
+            return Position(partition, offset)  # the worker refuses it, so no child finds it
+        if not isinstance(record, RunStarted):
+            return Position(partition, offset)
+        rid = record.engine_run_id
+    return Position(partition, offset, body, heads, rid)
+
+
+@cache
+def _run_started_fingerprint() -> bytes:
+    return codec.fingerprint_of("RunStarted")
+
+
+def _current_engine_run_id(body: bytes) -> str | None:
+    """The engine run id of a RunStarted in the current writer schema (partition, offset and
+    append_time are its first three fields, then engine_run_id); None for anything else."""
+    if body[: codec.HEADER_LEN] != codec.MAGIC + _run_started_fingerprint():
+        return None
+    i = codec.HEADER_LEN
+    size = len(body)
+    for _ in range(3):  # skip three zigzag varints
+        while i < size and body[i] & 0x80:
+            i += 1
+        i += 1
+    shift = length = 0
+    while i < size:
+        b = body[i]
+        i += 1
+        length |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    length = (length >> 1) ^ -(length & 1)
+    if length < 0 or i + length > size:
+        return None
     try:
-        record = codec.decode(body)
-    except DecodeError:
-        return Position(partition, offset)  # the worker refuses it, so no child finds it
-    if not isinstance(record, RunStarted):
-        return Position(partition, offset)
-    return Position(partition, offset, body, heads, record.engine_run_id)
+        return body[i : i + length].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 Resolver = Callable[[RunStarted, st.Lookup], st.RunState | None]

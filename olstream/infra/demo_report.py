@@ -83,7 +83,7 @@ def summary_rows(
         ("parent edges emitted (START events with a parent)", len(parent_edges(tally.events)[0])),
         ("job-level parent edges in the graph", graph["parent_edges"]),
         ("parent_not_visible", figures.parent_not_visible),
-        ("children through the run directory", figures.children_waited),
+        ("child STARTs with the source's heads", figures.children_waited),
         ("  their START delay p50 / p99 (directory wait)", figures.delay()),
         ("events rejected by the receiver (must be 0)", rejected.total),
         *(

@@ -189,3 +189,23 @@ def test_heads_round_trip_and_bad_values_are_refused() -> None:
     assert wire.decode_heads(b"") == {}
     for bad in (b"x", b"0:1,0:2", b"0:-1", b"0:1,", b"\xff"):
         assert wire.decode_heads(bad) is None
+
+
+def test_the_engine_run_id_is_read_without_decoding_as_decoding_reads_it() -> None:
+    from olstream.eventlog.simulate import simulate
+    from tests.support.memory_store import MemoryEventLogStore
+
+    store = MemoryEventLogStore(4)
+    simulate(store, 200, seed=3)
+    starts = 0
+    for row in store.all_rows():
+        record = codec.decode(row.payload, row.partition, row.offset)
+        if isinstance(record, RunStarted):
+            starts += 1
+            assert start_position(row.partition, row.offset, row.payload, None).engine_run_id == (
+                record.engine_run_id
+            )
+    long_id = run(2**30, 2**60, "ü" * 5000)
+    assert start_position(0, 0, codec.encode(long_id), None).engine_run_id == "ü" * 5000
+    assert start_position(0, 0, b"\xc3\x01junk", None).engine_run_id is None
+    assert starts == 200
