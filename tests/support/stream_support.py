@@ -15,6 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
+from olstream.connectors.source.resume import placement_of
 from olstream.contract import codec
 from olstream.contract.naming import job_segment
 from olstream.contract.records import Record, RunStarted
@@ -58,7 +59,9 @@ def headers_for(partition: int, offset: int, payload: bytes) -> list[tuple[str, 
 
 
 def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
-    """Publish rows as the source connector does: key = log partition, value = the stored bytes."""
+    """Publish rows as the source connector does: key = log partition, Kafka partition = the topic's
+    recorded placement of it (recorded now if none is: docs/contract.md), value = the stored bytes."""
+    placement = placement_of(bootstrap, topic)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     n = 0
     for row in rows:
@@ -68,6 +71,7 @@ def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
                     topic,
                     row.payload,
                     str(row.partition).encode(),
+                    placement.kafka_partition(row.partition),
                     headers=headers_for(row.partition, row.offset, row.payload),
                 )
                 break
