@@ -162,3 +162,34 @@ def test_resume_over_a_topic_written_with_the_key_hash_placement_keeps_it_also_a
     assert kafka_partition_of_each_log_partition(messages) == key_hash
     assert any(zlib.crc32(str(p).encode()) % 12 != key_hash[p] for p in range(8))  # growing would move some
     assert placement_records(kafka_bootstrap, topic) == [b"key-hash:6"]
+
+
+def test_records_placed_against_the_recorded_placement_are_found_by_reading_the_topic_whole(
+    kafka_bootstrap: str,
+    make_topic: Callable[..., str],
+    olstream_cmd: list[str],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    topic = make_topic(partitions=6)
+    make_topic(partitions=1, config={"cleanup.policy": "compact"}, name=f"{topic}.offsets")
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    write_log(url, 2_000, partitions=8)
+    rows = read_rows(url)
+    earlier = {pos: b for pos, b in rows.items() if pos[1] < 50}
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    producer.produce(f"{topic}.offsets", b"modulo:6", MAPPING_KEY)
+    for (partition, offset), payload in sorted(earlier.items()):  # a producer that broke the contract
+        wrong = (partition + 1) % 6
+        producer.produce(
+            topic, payload, str(partition).encode(), wrong, headers=headers_for(partition, offset, payload)
+        )
+    assert producer.flush(30) == 0
+
+    run = run_source(olstream_cmd, subprocess_env, url, topic)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "not where its placement (log partition p -> Kafka partition p mod 6) puts it" in run.stderr
+    messages = read_topic(kafka_bootstrap, topic)
+    later = [m for m in messages if m.position[1] >= 50]
+    assert len(later) == len(rows) - len(earlier)  # resumed after what was there: nothing published twice
+    assert all(m.kafka_partition == m.position[0] % 6 for m in later)
