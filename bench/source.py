@@ -106,12 +106,13 @@ def raw_produce(bootstrap: str, rows: list[Row], *, with_headers: bool) -> tuple
         }
     )
     produce, poll = producer.produce, producer.poll
+    placed = {key: int(key) % PARTITIONS for key in {key for key, _, _ in rows}}  # modulo, as the source
     cpu, wall = time.process_time(), time.perf_counter()
     if with_headers:
         for key, value, headers in rows:
             while True:
                 try:
-                    produce(topic, value, key, headers=headers)
+                    produce(topic, value, key, placed[key], headers=headers)
                     break
                 except BufferError:
                     poll(0.01)
@@ -119,7 +120,7 @@ def raw_produce(bootstrap: str, rows: list[Row], *, with_headers: bool) -> tuple
         for key, value, _ in rows:
             while True:
                 try:
-                    produce(topic, value, key)
+                    produce(topic, value, key, placed[key])
                     break
                 except BufferError:
                     poll(0.01)

@@ -92,7 +92,8 @@ def raw_loop(bootstrap: str, src: str, dst: str, total: int) -> tuple[float, flo
         for m in batch:
             while True:
                 try:
-                    p.produce(dst, m.value(), m.key(), headers=m.headers())
+                    # to the same partition: the copy keeps the source's placement
+                    p.produce(dst, m.value(), m.key(), m.partition() or 0, headers=m.headers())
                     break
                 except BufferError:
                     p.poll(0.05)

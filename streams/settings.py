@@ -46,6 +46,13 @@ WORKER_SETTINGS = (
     *KAFKA_CLIENT_SETTINGS,
     *TOPIC_SETTINGS,
     Setting("app_id", "olstream-stream", "faust app id = the consumer group of every replica"),
+    Setting(
+        "client_id",
+        None,
+        "Kafka client id of this replica (shown as the owner of its partitions by `olstream status`) "
+        "[olstream-worker-<host>-<pid>]",
+        env="OLSTREAM_WORKER_CLIENT_ID",
+    ),
     Setting("data_dir", "./olstream-data", "RocksDB table directory"),
     Setting("input_topic", topics.EVENTLOG, "records topic to read"),
     Setting("output_topic", topics.RUN_EVENTS, "topic of the RunEvents (JSON)"),
@@ -128,6 +135,7 @@ _D = defaults(WORKER_SETTINGS)
 class WorkerSettings:
     bootstrap: str = _D["bootstrap"]
     app_id: str = _D["app_id"]
+    client_id: str | None = _D["client_id"]  # None: olstream-worker-<host>-<pid>
     data_dir: str = _D["data_dir"]
     input_topic: str = _D["input_topic"]
     output_topic: str = _D["output_topic"]
@@ -177,6 +185,7 @@ def resolve_worker_settings(
     settings = WorkerSettings(
         bootstrap=r["bootstrap"],
         app_id=r["app_id"],
+        client_id=r["client_id"],
         data_dir=r["data_dir"],
         input_topic=r["input_topic"],
         output_topic=r["output_topic"],

@@ -1,7 +1,8 @@
 """The producer side of the source connector: checks rows, publishes them, tracks deliveries.
 
 Wire contract (the stream worker relies on it):
-- records topic (default ``olstream.eventlog``): key = log partition id in ASCII decimal,
+- records topic (default ``olstream.eventlog``): key = log partition id in ASCII decimal, Kafka
+  partition = the topic's recorded placement of that log partition (``contract.placement``),
   value = the stored bytes unchanged (Avro single-object encoding), headers
   ``olstream.partition``, ``olstream.offset`` (ASCII decimal), ``olstream.type``
   (record name) and ``olstream.fingerprint`` (16 hex chars of the writer-schema fingerprint);
@@ -29,6 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from olstream.connectors.source.rowcheck import Headers, RowChecker
 from olstream.contract import topics
+from olstream.contract.placement import Placement
 from olstream.contract.wire import (
     HEADER_HEADS,
     HEADER_OFFSET,
@@ -68,6 +70,7 @@ PUBLISHED_OFFSET = Gauge(
 
 
 _RUN_STARTED = b"RunStarted"
+PARTITION_BY_KEY = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses, by key
 _TOO_LARGE = deadletter.TOO_LARGE  # the check's result for a row above the limit (compared by identity)
 
 
@@ -97,6 +100,7 @@ class Publisher:
         errors_topic: str,
         *,
         transactional: bool,
+        placement: Placement,
         should_stop: Callable[[], bool] = lambda: False,
         check_bodies: bool = True,
         offsets_topic: str | None = None,
@@ -109,7 +113,9 @@ class Publisher:
         self._transactional = transactional
         self._should_stop = should_stop
         self._checker = RowChecker(check_bodies=check_bodies)
+        self._placement = placement
         self._keys: dict[int, bytes] = {}
+        self._kafka_partitions: dict[int, int] = {}  # log partition -> its records-topic partition
         self._inflight: dict[int, deque[tuple[int, int]]] = {}  # (offset, rows it covers) awaiting reports
         self._fatal: KafkaError | None = None
         self._offsets_topic = offsets_topic
@@ -187,23 +193,25 @@ class Publisher:
         key = self._keys.get(partition)
         if key is None:
             key = self._keys[partition] = message_key(partition)
+            self._kafka_partitions[partition] = self._placement.kafka_partition(partition)
             self._inflight[partition] = deque()
+        kp = self._kafka_partitions[partition]
         produce, topic = self._producer.produce, self._topic
         last = len(run) - 1
         for i in range(last):
             row, headers = run[i]
             try:
-                produce(topic, row.payload, key, headers=headers)
+                produce(topic, row.payload, key, kp, headers=headers)
             except BufferError:  # librdkafka's queue is full: Kafka is slow or away
-                if not self._produce_when_room(row.payload, key, headers, report=False):
+                if not self._produce_when_room(row.payload, key, kp, headers, report=False):
                     if i:
                         self.produced[partition] = run[i - 1][0].offset
                     return i  # the rows handed over are flushed, just not counted as acked
         row, headers = run[last]
         try:
-            produce(topic, row.payload, key, headers=headers, on_delivery=self._delivered)
+            produce(topic, row.payload, key, kp, headers=headers, on_delivery=self._delivered)
         except BufferError:
-            if not self._produce_when_room(row.payload, key, headers, report=True):
+            if not self._produce_when_room(row.payload, key, kp, headers, report=True):
                 if last:
                     self.produced[partition] = run[last - 1][0].offset
                 return last
@@ -211,7 +219,9 @@ class Publisher:
         self.produced[partition] = row.offset
         return len(run)
 
-    def _produce_when_room(self, value: bytes, key: bytes, headers: Headers, *, report: bool) -> bool:
+    def _produce_when_room(
+        self, value: bytes, key: bytes, kafka_partition: int, headers: Headers, *, report: bool
+    ) -> bool:
         """Wait for room in the producer's queue and produce; False when asked to stop first."""
         while True:
             if not self._wait_for_room():
@@ -219,9 +229,9 @@ class Publisher:
             produce, topic = self._producer.produce, self._topic
             try:
                 if report:
-                    produce(topic, value, key, headers=headers, on_delivery=self._delivered)
+                    produce(topic, value, key, kafka_partition, headers=headers, on_delivery=self._delivered)
                 else:
-                    produce(topic, value, key, headers=headers)
+                    produce(topic, value, key, kafka_partition, headers=headers)
                 return True
             except BufferError:
                 continue
@@ -356,13 +366,16 @@ class Publisher:
             (HEADER_OFFSET, str(row.offset).encode()),
             (HEADER_TYPE, ROW_REJECTED),
         ]
-        for topic, value, message_headers in (
-            (self._topic, b"", marker),
-            (self._errors_topic, copy, headers),
+        # the marker where the log partition's records go (its placement); the copy by key
+        for topic, value, message_headers, kafka_partition in (
+            (self._topic, b"", marker, self._placement.kafka_partition(row.partition)),
+            (self._errors_topic, copy, headers, PARTITION_BY_KEY),
         ):
             while True:
                 try:
-                    self._producer.produce(topic, value, key, headers=message_headers, on_delivery=delivered)
+                    self._producer.produce(
+                        topic, value, key, kafka_partition, headers=message_headers, on_delivery=delivered
+                    )
                     break
                 except BufferError:
                     self.poll(0.05)

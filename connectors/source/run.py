@@ -30,6 +30,7 @@ from olstream.connectors.source.publisher import producer_config as build_produc
 from olstream.connectors.source.resume import read_resume_positions
 from olstream.connectors.source.tailer import Gap, LogTailer
 from olstream.contract import topics, wire
+from olstream.contract.placement import Placement
 from olstream.eventlog.store import EventLogStore
 from olstream.eventlog.stores import open_store
 from olstream.shared.errors import ConfigError, DeliveryError, ExitCode, InfrastructureError
@@ -69,11 +70,12 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
     try:
         check_broker(settings)
         sized = topics.size_config(settings.max_record_bytes)
+        partitions = settings.partitions or max(1, len(store.partitions()))  # default: the log's count
         for topic in (settings.topic, settings.errors_topic):
             ensure_topic(
                 settings.connection,
                 topic,
-                settings.partitions,
+                partitions,
                 config=sized,
                 timeout=settings.connect_timeout,
                 replication=settings.replication,
@@ -107,14 +109,17 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
                 raise InfrastructureError(f"cannot start the transactional producer: {e}") from e
         heads = store.heads()
         wanted = [p for p, head in heads.items() if head >= 0]
-        start = read_resume_positions(
+        resume = read_resume_positions(
             settings.connection,
-            [settings.topic, settings.errors_topic, settings.offsets_topic],
+            settings.topic,
+            settings.errors_topic,
+            settings.offsets_topic,
             wanted,
             # always: records of aborted transactions (an earlier --exactly-once run) never count
             read_committed=True,
             timeout=max(settings.connect_timeout, 30.0),
         )
+        start = resume.positions
         for partition, offset in start.items():
             if offset > heads.get(partition, -1):
                 log.warning(
@@ -126,7 +131,7 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
                     settings.topic,
                 )
         log.info("resuming after %s", {p: start.get(p, -1) for p in store.partitions()})
-        loop = _SourceLoop(settings, store, producer, start, stop)
+        loop = _SourceLoop(settings, store, producer, start, stop, resume.placement)
         errors.target = loop.publisher.on_kafka_error
         return loop.run()
     finally:
@@ -156,6 +161,7 @@ class _SourceLoop:
         producer: Producer,
         start: dict[int, int],
         stop: threading.Event,
+        placement: Placement,
     ) -> None:
         self._s = settings
         self._store = store
@@ -166,6 +172,7 @@ class _SourceLoop:
             settings.topic,
             settings.errors_topic,
             transactional=settings.exactly_once,
+            placement=placement,
             should_stop=stop.is_set,
             check_bodies=settings.check_bodies,
             offsets_topic=settings.offsets_topic,

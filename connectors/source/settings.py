@@ -50,8 +50,8 @@ SOURCE_SETTINGS = (
     ),
     Setting(
         "partitions",
-        topics.PARTITIONS,
-        "partitions of a topic it creates",
+        None,
+        "partitions of a records topic it creates (and its errors topic) [as many as the log has]",
         parse=int,
         env="OLSTREAM_SOURCE_PARTITIONS",
         check=at_least(1),
@@ -136,7 +136,7 @@ class SourceSettings:
     bootstrap: str = _D["bootstrap"]
     topic: str = _D["topic"]
     errors_topic: str = topics.errors_topic_of(_D["topic"])
-    partitions: int = _D["partitions"]
+    partitions: int | None = _D["partitions"]  # None: as many as the log has
     until_idle: bool = _D["until_idle"]
     idle_seconds: float = _D["idle_seconds"]
     exactly_once: bool = _D["exactly_once"]

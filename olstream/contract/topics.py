@@ -13,7 +13,9 @@ RUN_EVENTS = "openlineage.events"
 STREAM_ERRORS = "olstream.stream.errors"
 SINK_DLQ = "openlineage.events.dlq"
 PARTITIONS = 6
-"""Partitions of a records topic olstream creates (an existing topic keeps its own)."""
+"""Partitions of a topic the worker creates (its input when missing, its output) and the demo's; the
+source creates its records topic with as many partitions as the log has. An existing topic keeps its
+own."""
 MAX_MESSAGE_BYTES = 1_048_576
 """Default of the largest message value olstream publishes: a source row (`--max-record-bytes`),
 a worker's event (`--max-event-bytes`). Anything larger goes to the errors topic as `too_large`."""

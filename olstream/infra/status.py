@@ -1,6 +1,9 @@
-"""`olstream status`: each topic's end offsets and each consumer group's lag, source to stream to sink.
+"""`olstream status`: each topic's end offsets and each consumer group's lag, source to stream to sink,
+and per partition of each group's topics: its records, its lag and the member that owns it (a hot
+partition or an idle worker shows at a glance).
 
-The arithmetic (`group_lags`, `topic_ends`) is pure; `collect` asks the broker once per group.
+The arithmetic (`group_lags`, `topic_ends`, `partition_rows`) is pure; `collect` asks the broker once
+per group.
 """
 
 from __future__ import annotations
@@ -51,11 +54,29 @@ class GroupState:
 
 
 @dataclass(frozen=True)
+class PartitionRow:
+    """One partition of a topic a group reads: its records, the group's position, its owner."""
+
+    group: str
+    topic: str
+    partition: int
+    end: int  # the partition's end offset: the records it ever received
+    committed: int  # the group's committed offset, -1 without one
+    owner: str | None  # the member that holds it now (client id and host), None when unassigned
+    share: float  # of the topic's records (sum of end offsets)
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - max(0, self.committed))
+
+
+@dataclass(frozen=True)
 class PipelineStatus:
     topics: tuple[TopicEnd, ...]
     groups: tuple[GroupLag, ...]
     missing_topics: tuple[str, ...]
     group_states: tuple[tuple[str, GroupState], ...] = ()
+    partitions: tuple[PartitionRow, ...] = ()
 
     def state_of(self, group: str) -> GroupState | None:
         return dict(self.group_states).get(group)
@@ -98,6 +119,41 @@ def group_lags(
     return rows
 
 
+def partition_rows(
+    ends: Mapping[TopicPartitionKey, int],
+    committed: Mapping[str, Mapping[TopicPartitionKey, int]],
+    owners: Mapping[str, Mapping[TopicPartitionKey, str]],
+) -> list[PartitionRow]:
+    """Per (group, topic, partition) of every topic in `ends` the group committed on or is assigned."""
+    totals: dict[str, int] = {}
+    for (topic, _p), end in ends.items():
+        totals[topic] = totals.get(topic, 0) + end
+    rows: list[PartitionRow] = []
+    for group in sorted(set(committed) | set(owners)):
+        offsets, owned = committed.get(group, {}), owners.get(group, {})
+        read = {t for t, _ in (*offsets, *owned)}
+        for topic, partition in sorted(k for k in ends if k[0] in read):
+            end = ends[(topic, partition)]
+            rows.append(
+                PartitionRow(
+                    group=group,
+                    topic=topic,
+                    partition=partition,
+                    end=end,
+                    committed=offsets.get((topic, partition), -1),
+                    owner=owned.get((topic, partition)),
+                    share=end / totals[topic] if totals[topic] else 0.0,
+                )
+            )
+    return rows
+
+
+def member_name(client_id: str, host: str) -> str:
+    """How a group member is shown: its client id, and the host it connected from."""
+    host = host.lstrip("/")
+    return f"{client_id}@{host}" if host else client_id
+
+
 def collect(kafka: Kafka, topics: Sequence[str] = PIPELINE_TOPICS, timeout: float = 10.0) -> PipelineStatus:
     """Ask the broker for end offsets of `topics` and every consumer group's committed offsets."""
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -126,11 +182,21 @@ def collect(kafka: Kafka, topics: Sequence[str] = PIPELINE_TOPICS, timeout: floa
                 committed[listing.group_id] = {(tp.topic, tp.partition): tp.offset for tp in parts}
         lags = group_lags(ends, committed)
         states: dict[str, GroupState] = {}
-        names = sorted({g.group for g in lags})
+        owners: dict[str, dict[TopicPartitionKey, str]] = {}
+        names = sorted(listing.group_id for listing in groups.valid)
         if names:
             for name, fut in admin.describe_consumer_groups(names, request_timeout=timeout).items():
                 desc = fut.result()
                 states[name] = GroupState(getattr(desc.state, "name", str(desc.state)), len(desc.members))
+                for member in desc.members:
+                    assigned = member.assignment.topic_partitions if member.assignment else []
+                    for tp in assigned or []:
+                        if (tp.topic, tp.partition) in ends:
+                            owned = owners.setdefault(name, {})
+                            owned[(tp.topic, tp.partition)] = member_name(member.client_id, member.host)
+        read = {g.group for g in lags} | set(owners)
+        states = {name: state for name, state in states.items() if name in read}
+        per_partition = partition_rows(ends, {g: committed[g] for g in committed if g in read}, owners)
     except KafkaException as e:
         raise InfrastructureError(f"cannot read offsets from the broker at {bootstrap}: {e}") from e
     finally:
@@ -140,6 +206,7 @@ def collect(kafka: Kafka, topics: Sequence[str] = PIPELINE_TOPICS, timeout: floa
         groups=tuple(lags),
         missing_topics=missing,
         group_states=tuple(sorted(states.items())),
+        partitions=tuple(per_partition),
     )
 
 
@@ -171,4 +238,20 @@ def render_tables(status: PipelineStatus, bootstrap: str) -> Iterable[object]:
         )
     if not status.groups:
         groups.add_row("(none)", "", "", "", "", "", "")
-    return (topics, groups)
+    partitions = Table(title="Partitions of each group's topics (records = end offset; owner = member now)")
+    for col in ("group", "topic", "partition", "records", "share", "committed", "lag", "owner"):
+        partitions.add_column(col, justify="left" if col in ("group", "topic", "owner") else "right")
+    for row in status.partitions:
+        partitions.add_row(
+            row.group,
+            row.topic,
+            str(row.partition),
+            str(row.end),
+            f"{100 * row.share:.1f}%",
+            str(row.committed) if row.committed >= 0 else "-",
+            str(row.lag),
+            row.owner or "(unassigned)",
+        )
+    if not status.partitions:
+        partitions.add_row("(none)", "", "", "", "", "", "", "")
+    return (topics, groups, partitions)

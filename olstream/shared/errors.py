@@ -14,6 +14,11 @@ class ConfigError(OlstreamError):
     """A setting is missing or invalid."""
 
 
+class PlacementError(ConfigError):
+    """The records topic's placement (its record in the offsets topic, or the topic it names) does not
+    fit: the message names the record or topic and the field."""
+
+
 class DecodeError(OlstreamError):
     """A record's bytes do not decode; names the record's log partition and offset.
 

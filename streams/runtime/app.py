@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -142,6 +144,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         settings.app_id,
         broker=faust_broker(settings.connection),
         broker_credentials=faust_credentials(settings.connection),
+        broker_client_id=settings.client_id or f"olstream-worker-{socket.gethostname()}-{os.getpid()}",
         store="rocksdb://",
         datadir=settings.data_dir,
         processing_guarantee="at_least_once",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
+from olstream.connectors.source.resume import placement_of
 from olstream.contract import codec, wire
 from olstream.contract.naming import job_segment
 from olstream.contract.records import Record, RunStarted
@@ -72,10 +73,12 @@ def heads_of(rows: Iterable[StoredRow]) -> bytes:
 
 
 def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
-    """Publish rows as the source connector does: key = log partition, value = the stored bytes, and
-    on every RunStarted the heads of the log these rows make up (every row was there when it was read)."""
+    """Publish rows as the source connector does: key = log partition, Kafka partition = the topic's
+    recorded placement of it (recorded now if none is: docs/contract.md), value = the stored bytes,
+    and on every RunStarted the heads of the log these rows make up (every row was there when read)."""
     rows = list(rows)
     heads = heads_of(rows)
+    placement = placement_of(bootstrap, topic)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     n = 0
     for row in rows:
@@ -85,6 +88,7 @@ def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
                     topic,
                     row.payload,
                     str(row.partition).encode(),
+                    placement.kafka_partition(row.partition),
                     headers=headers_for(row.partition, row.offset, row.payload, heads),
                 )
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +40,52 @@ def test_end_offsets_and_lag_of_a_group(
     assert (lag.committed, lag.end, lag.lag, lag.partitions_without_commit) == (2, 5, 3, 1)
     state = status.state_of(unique_group)
     assert state is not None and state.members == 0
+    rows = [r for r in status.partitions if r.group == unique_group]
+    assert [(r.partition, r.end, r.committed, r.lag, r.owner) for r in rows] == [
+        (0, 3, 2, 1, None),
+        (1, 2, -1, 2, None),
+    ]
+
+
+def test_each_partition_shows_the_member_that_owns_it(
+    kafka_bootstrap: str, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(3):
+        producer.produce(topic, value=b"x", partition=i % 2)
+    assert producer.flush(30) == 0
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": kafka_bootstrap,
+                "group.id": unique_group,
+                "client.id": f"status-owner-{i}",
+                "partition.assignment.strategy": "range",
+            }
+        )
+        for i in range(2)
+    ]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not all(c.assignment() for c in consumers):  # the group is stable, one partition each
+            assert time.monotonic() < deadline, "the group did not settle"
+            for consumer in consumers:
+                consumer.poll(0.1)
+        held = {c.assignment()[0].partition: f"status-owner-{i}" for i, c in enumerate(consumers)}
+
+        status = collect(kafka_bootstrap, (topic,))
+
+        rows = [r for r in status.partitions if r.group == unique_group]
+        assert [(r.partition, r.end) for r in rows] == [(0, 2), (1, 1)]
+        assert [r.owner.split("@")[0] if r.owner else None for r in rows] == [held[0], held[1]]
+        state = status.state_of(unique_group)
+        assert state is not None and (state.state, state.members) == ("STABLE", 2)
+    finally:
+        for consumer in consumers:
+            consumer.close()
 
 
 RAW_LIBRDKAFKA_LINE = re.compile(

@@ -61,3 +61,39 @@ def test_group_state_and_members_are_shown() -> None:
         console.print(table)
     row = next(line for line in console.export_text().splitlines() if "worker" in line)
     assert "STABLE" in row and " 2 " in row and " 7 " in row
+
+
+def test_each_partition_of_a_groups_topic_shows_its_records_share_lag_and_owner() -> None:
+    from olstream.infra.status import PartitionRow, member_name, partition_rows
+
+    committed = {"worker": {("olstream.eventlog", 0): 8}, "idle": {("unrelated", 0): 1}}
+    owners = {"worker": {("olstream.eventlog", 1): member_name("w-2", "/10.0.0.2")}}
+    rows = partition_rows(ENDS, committed, owners)
+    assert rows == [
+        PartitionRow("worker", "olstream.eventlog", 0, end=10, committed=8, owner=None, share=10 / 15),
+        PartitionRow(
+            "worker", "olstream.eventlog", 1, end=5, committed=-1, owner="w-2@10.0.0.2", share=5 / 15
+        ),
+    ]
+    assert [r.lag for r in rows] == [2, 5]
+
+
+def test_the_partition_table_names_owners_and_unassigned_partitions() -> None:
+    from rich.console import Console
+
+    from olstream.infra.status import PartitionRow
+
+    status = PipelineStatus(
+        topics=tuple(topic_ends(ENDS)),
+        groups=(),
+        missing_topics=(),
+        partitions=(
+            PartitionRow("worker", "olstream.eventlog", 0, end=10, committed=8, owner="w-1@h", share=2 / 3),
+            PartitionRow("worker", "olstream.eventlog", 1, end=5, committed=-1, owner=None, share=1 / 3),
+        ),
+    )
+    console = Console(record=True, width=200)
+    for table in render_tables(status, "b:9092"):
+        console.print(table)
+    text = console.export_text()
+    assert "w-1@h" in text and "(unassigned)" in text and "66.7%" in text and "33.3%" in text

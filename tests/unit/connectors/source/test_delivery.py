@@ -8,15 +8,20 @@ from typing import Any
 
 from olstream.connectors.source.publisher import Publisher
 from olstream.contract import codec
+from olstream.contract.placement import Placement, Scheme
 from olstream.contract.records import RunEnded, RunStatus
 from olstream.eventlog.store import StoredRow
 
 T = datetime(2026, 1, 2, tzinfo=UTC)
+MODULO_2 = Placement(Scheme.MODULO, 2)
 
 
 class FakeMessage:
-    def __init__(self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> None:
+    def __init__(
+        self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], partition: int = -1
+    ) -> None:
         self.topic, self.value, self._key, self.headers = topic, value, key, headers
+        self.partition = partition  # -1: left to the partitioner
 
     def key(self) -> bytes:
         return self._key
@@ -30,9 +35,15 @@ class RecordingProducer:
         self._pending: list[tuple[FakeMessage, Callable[[Any, Any], None] | None]] = []
 
     def produce(
-        self, topic: str, value: bytes, key: bytes, headers: Any = None, on_delivery: Any = None
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        partition: int = -1,
+        headers: Any = None,
+        on_delivery: Any = None,
     ) -> None:
-        msg = FakeMessage(topic, value, key, headers)
+        msg = FakeMessage(topic, value, key, headers, partition)
         self.sent.append((msg, on_delivery is not None))
         self._pending.append((msg, on_delivery))
 
@@ -58,7 +69,7 @@ def good(partition: int, offset: int) -> StoredRow:
 
 def test_only_the_last_row_of_each_partition_run_asks_for_a_report_and_counts_add_up() -> None:
     producer = RecordingProducer()
-    publisher = Publisher(producer, "t", "t.errors", transactional=False)  # type: ignore[arg-type]
+    publisher = Publisher(producer, "t", "t.errors", transactional=False, placement=MODULO_2)  # type: ignore[arg-type]
     rows = [good(0, 0), good(0, 1), good(0, 2), good(1, 0), good(1, 1), StoredRow(1, 2, b"junk"), good(1, 3)]
     assert publisher.publish(rows) == len(rows)
     publisher.flush()
@@ -76,6 +87,8 @@ def test_only_the_last_row_of_each_partition_run_asks_for_a_report_and_counts_ad
     assert publisher.published == 6
     assert publisher.errors == 1
     assert publisher.acked == {0: 2, 1: 3}
+    placed = {(m.key(), m.partition) for m, _ in producer.sent if m.topic == "t"}
+    assert placed == {(b"0", 0), (b"1", 1)}  # each record in its log partition's Kafka partition
     error = next(m for m, _ in producer.sent if m.topic == "t.errors")
     assert dict(error.headers)["olstream.error"].startswith(b"not Avro single-object encoding")
     assert error.key() == b"1" and error.value == b"junk"
@@ -83,7 +96,7 @@ def test_only_the_last_row_of_each_partition_run_asks_for_a_report_and_counts_ad
 
 def test_with_transactions_only_a_commit_moves_the_acked_positions() -> None:
     producer = RecordingProducer()
-    publisher = Publisher(producer, "t", "t.errors", transactional=True)  # type: ignore[arg-type]
+    publisher = Publisher(producer, "t", "t.errors", transactional=True, placement=MODULO_2)  # type: ignore[arg-type]
     publisher.set_acked({0: 4})
     publisher.publish([good(0, 5), good(0, 6)])
     publisher.flush()
@@ -101,7 +114,14 @@ def test_a_row_above_the_limit_goes_to_the_errors_topic_bounded_and_the_rest_goe
 
     producer = RecordingProducer()
     limit = 100_000
-    publisher = Publisher(producer, "t", "t.errors", transactional=False, max_record_bytes=limit)  # type: ignore[arg-type]
+    publisher = Publisher(
+        producer,  # type: ignore[arg-type]
+        "t",
+        "t.errors",
+        transactional=False,
+        placement=MODULO_2,
+        max_record_bytes=limit,
+    )
     big_valid = RunEnded(0, 1, T, "run", RunStatus.FAILED, T, RunError("boom", "E", "x" * 2_000_000))
     big_junk = StoredRow(1, 0, b"\xc3\x01" + b"j" * 5_000_000)
     rows = [good(0, 0), StoredRow(0, 1, codec.encode(big_valid)), good(0, 2), big_junk, good(1, 1)]

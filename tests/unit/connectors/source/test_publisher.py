@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from olstream.cli.source import build_parser_for_tests, settings_from_args
-from olstream.connectors.source.resume import expected_kafka_partition, merge_positions, position_of
+from olstream.connectors.source.resume import merge_positions, position_of
 from olstream.connectors.source.rowcheck import RowChecker
 from olstream.contract import codec
+from olstream.contract.placement import Placement, Scheme
 from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunError, RunStarted, RunStatus
 from olstream.contract.wire import message_key
 from olstream.eventlog.store import StoredRow
@@ -94,8 +95,9 @@ def test_error_headers_name_position_fingerprint_and_reason() -> None:
 def test_keys_and_the_partitioner_hint() -> None:
     assert message_key(3) == b"3"
     assert message_key(12) == b"12"
-    assert {expected_kafka_partition(p, 6) for p in range(64)} == set(range(6))
-    assert expected_kafka_partition(7, 1) == 0
+    key_hash = Placement(Scheme.KEY_HASH, 6)
+    assert {key_hash.kafka_partition(p) for p in range(64)} == set(range(6))
+    assert Placement(Scheme.KEY_HASH, 1).kafka_partition(7) == 0
 
 
 def test_position_from_headers_and_merging_topics() -> None:
@@ -117,9 +119,10 @@ def test_settings_from_flags_env_and_defaults(monkeypatch: pytest.MonkeyPatch) -
     assert (s.topic, s.errors_topic, s.partitions, s.bootstrap) == (
         "olstream.eventlog",
         "olstream.eventlog.errors",
-        6,
+        None,  # a records topic it creates gets as many partitions as the log has
         "127.0.0.1:9092",
     )
+    assert settings_from_args(parse("--log", "sqlite:///tmp/x.db", "--partitions", "12")).partitions == 12
     assert (s.idle_seconds, s.connect_timeout, s.metrics_port, s.exactly_once) == (2.0, 15.0, 0, False)
     monkeypatch.setenv("OLSTREAM_BOOTSTRAP", "k:1")
     monkeypatch.setenv("OLSTREAM_SOURCE_TOPIC", "t")

@@ -23,6 +23,7 @@ from olstream.connectors.source.resume import position_of
 from olstream.connectors.source.settings import SourceSettings
 from olstream.connectors.source.tailer import TailerSettings
 from olstream.contract import codec
+from olstream.contract.placement import Placement, Scheme
 from olstream.contract.records import RunEnded, RunStatus
 from olstream.eventlog.store import StoredRow
 from olstream.shared.errors import DeliveryError
@@ -130,6 +131,7 @@ class TransactionalProducer:
         topic: str,
         value: bytes,
         key: bytes,
+        partition: int = -1,
         headers: Any = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
@@ -237,7 +239,12 @@ class Source:
 
     def run(self) -> int:
         loop = run._SourceLoop(
-            self.settings, self.store, cast(Producer, self.producer), self.start, self.stop
+            self.settings,
+            self.store,
+            cast(Producer, self.producer),
+            self.start,
+            self.stop,
+            Placement(Scheme.MODULO, 1),
         )
         self.producer.error_cb = loop.publisher.on_kafka_error  # what run_source's _ErrorForwarder does
         self.loop = loop
