@@ -31,11 +31,12 @@ _FETCH = 2000  # messages per fetch
 _IN_FLIGHT = 4  # fetched batches the event loop has not registered yet, at most
 
 
-def read_position(headers: Any, value: bytes | None) -> Position | None:
-    """A records-topic message as the directory keeps it; None without a log position."""
+def read_position(msg: Any) -> Position | None:
+    """A records-topic message as the directory keeps it; None without a log position. Only a
+    RunStarted's value is read (copied out of librdkafka's buffer)."""
     partition = offset = None
     kind = heads_raw = None
-    for name, raw in headers or ():
+    for name, raw in msg.headers() or ():
         if name == wire.HEADER_PARTITION:
             partition = raw
         elif name == wire.HEADER_OFFSET:
@@ -50,9 +51,12 @@ def read_position(headers: Any, value: bytes | None) -> Position | None:
         p, o = int(partition), int(offset)
     except ValueError:
         return None
-    if kind != _RUN_STARTED or not value:
+    if kind != _RUN_STARTED:
         return Position(p, o)
-    return start_position(p, o, bytes(value), heads_raw if isinstance(heads_raw, bytes) else None)
+    value = msg.value()
+    if not value:
+        return Position(p, o)
+    return start_position(p, o, value, heads_raw if isinstance(heads_raw, bytes) else None)
 
 
 class DirectoryReader:
@@ -122,16 +126,13 @@ class DirectoryReader:
                     time.sleep(0.5)
                     continue
                 positions: list[Position] = []
-                newest = 0
+                append = positions.append
                 for msg in messages:
-                    if msg.error() is not None:
-                        continue
-                    pos = read_position(msg.headers(), msg.value())
-                    if pos is not None:
-                        positions.append(pos)
-                    ts = msg.timestamp()[1]
-                    if ts > newest:
-                        newest = ts
+                    if msg.error() is None:
+                        pos = read_position(msg)
+                        if pos is not None:
+                            append(pos)
+                newest = max((m.timestamp()[1] for m in messages[-8:]), default=0)  # about the newest
                 if positions:
                     while not self._room.acquire(timeout=0.5):
                         if self._stop.is_set():

@@ -160,9 +160,7 @@ class RecordStep:
         lookup = self.parent_lookup(record, headers)
         if lookup is None:
             return None
-        if lookup.heads is not None and not self.directory.covers(lookup.heads):
-            return lookup.heads
-        try:
+        try:  # the lookup raises NotCovered only when the child needs the directory at all
             st.start(record, self.cfg.job_prefix, lookup, 0, self.cfg.hierarchical)
         except NotCovered as e:
             return e.heads
