@@ -71,4 +71,6 @@ def main(args: argparse.Namespace) -> int:
         worker.execute_from_commandline()
     except SystemExit as e:
         return int(e.code or 0)
+    finally:
+        stream_worker.reader.close()
     return 0

@@ -89,8 +89,12 @@ class DirectoryReader:
         self._thread = threading.Thread(target=self._run, name="olstream-run-directory", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop reading and wait for the thread (its consumer closed) before the interpreter exits:
+        a thread still inside librdkafka while Python finalizes can take the process down."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     async def wait_covered(self, heads: Heads) -> None:
         """Return once the directory has read every log partition up to `heads`."""
