@@ -11,7 +11,9 @@ import json
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 
@@ -19,7 +21,7 @@ from olstream.contract import codec
 from olstream.contract.records import RunStarted
 from olstream.eventlog.stores import open_store
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
-from tests.support.receiver import Receiver
+from tests.support.receiver import Receiver, Request
 from tests.support.sink_harness import OLSTREAM, run_sink
 from tests.support.stream_support import Out, consume_all, expected_job_paths, run_until_idle, worker_cmd
 
@@ -33,7 +35,8 @@ def _olstream(*args: str) -> None:
 
 def deliver(
     kafka_bootstrap: str, topic: str, group: str, dlq: str, tmp_path: Path, name: str
-) -> tuple[MarquezRules, Receiver]:
+) -> tuple[MarquezRules, Receiver, list[Request]]:
+    """Deliver the topic into a Marquez-rules receiver; every source it stored must answer 200."""
     rules = MarquezRules()
     receiver = Receiver().start()
     receiver.respond_with(rules)
@@ -41,9 +44,16 @@ def deliver(
         code = run_sink(kafka_bootstrap, topic, group, "--url", receiver.url, "--dlq-topic", dlq,
                         log_path=tmp_path / f"{name}.log", timeout=240)  # fmt: skip
         assert code == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+        posted = [r for r in receiver.requests if r.method == "POST"]
+        sources = sorted(rules.snapshot().sources)
+        assert sources, "the workload creates sources"
+        with httpx.Client(base_url=receiver.url, timeout=10) as client:  # as a user of Marquez reads them
+            answers = {s: client.get(f"/api/v1/sources/{quote(s, safe='')}").status_code for s in sources}
+            assert answers == dict.fromkeys(sources, 200), answers
+            assert client.get("/api/v1/sources").status_code == 200
     finally:
         receiver.close()
-    return rules, receiver
+    return rules, receiver, posted
 
 
 def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
@@ -75,7 +85,7 @@ def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
 
     # 1. in the pipeline's own delivery order
     sink_group = f"{unique_group}-sink"
-    rules, receiver = deliver(kafka_bootstrap, events_topic, sink_group, make_topic(1), tmp_path, "a")
+    rules, receiver, _ = deliver(kafka_bootstrap, events_topic, sink_group, make_topic(1), tmp_path, "a")
     check(rules, receiver, events)
 
     # 2. every child's events before its parent's: deepest runs first, one partition keeps that order
@@ -87,10 +97,12 @@ def test_every_run_lands_on_its_expected_job_at_every_depth_in_any_order(
         producer.produce(reversed_topic, o.value, o.key)
     assert producer.flush(30) == 0
     sink_group = f"{unique_group}-rev"
-    rules, receiver = deliver(kafka_bootstrap, reversed_topic, sink_group, make_topic(1), tmp_path, "b")
+    rules, receiver, posted = deliver(
+        kafka_bootstrap, reversed_topic, sink_group, make_topic(1), tmp_path, "b"
+    )
     check(rules, receiver, events)
     first_start: dict[str, int] = {}
-    for i, req in enumerate(receiver.accepted):
+    for i, req in enumerate(posted):
         doc = json.loads(req.body)
         if doc["eventType"] == "START":
             first_start.setdefault(doc["run"]["runId"], i)
@@ -112,3 +124,4 @@ def check(rules: MarquezRules, receiver: Receiver, events: list[dict[str, Any]])
     named = {(d["namespace"], d["name"]) for e in events for side in ("inputs", "outputs") for d in e[side]}
     assert set(model.datasets) == named
     assert all(source == ns for (ns, _), source in model.datasets.items()), "every dataset has its source"
+    assert model.sources and all(url for url in model.sources.values()), model.sources
