@@ -10,6 +10,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -135,3 +136,31 @@ def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: S
             f"run {run!r}: event #{pos} delivered before event #{pos - 1} was ever delivered"
         )
         seen[run].add(pos)
+
+
+def job_version_repeats(accepted: Sequence[Request]) -> tuple[int, int]:
+    """(repeats of a job's latest terminal event, other repeated bodies) among accepted posts.
+
+    A job-version repeat (docs/sink.md, Job versions) is a body delivered before that is, when it
+    comes again, its job's latest terminal event delivered so far (latest eventTime, then runId).
+    Any other body that comes twice is some other repeat (a retry, a redelivery).
+    """
+    seen: set[bytes] = set()
+    latest: dict[tuple[str, str], tuple[datetime, str, bytes]] = {}
+    repeats = others = 0
+    for req in accepted:
+        doc = json.loads(req.body)
+        job = (doc["job"]["namespace"], doc["job"]["name"])
+        if req.body in seen:
+            mine = latest.get(job)
+            if mine is not None and mine[2] == req.body:
+                repeats += 1
+            else:
+                others += 1
+            continue
+        seen.add(req.body)
+        if doc["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+            rank = (datetime.fromisoformat(doc["eventTime"].replace("Z", "+00:00")), doc["run"]["runId"])
+            if job not in latest or rank > latest[job][:2]:
+                latest[job] = (*rank, req.body)
+    return repeats, others
