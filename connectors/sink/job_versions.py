@@ -144,6 +144,11 @@ class LatestTerminals:
         self.repeats += 1
         return replace(job.latest, repeat=True)
 
+    def is_latest(self, event: PendingEvent) -> bool:
+        """Whether `event` is still its job's latest terminal event delivered."""
+        job = None if event.terminal is None else self.jobs.get(event.terminal.job)
+        return job is not None and job.latest is not None and job.latest.ident == event.ident
+
     def forget(self, partitions: set[tuple[str, int]]) -> None:
         """Partitions revoked: their latest events are the new owner's to deliver (and repeat)."""
         for job in self.jobs.values():

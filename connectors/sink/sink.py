@@ -29,6 +29,7 @@ from olstream.connectors.sink.delivery import (
 )
 from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
 from olstream.connectors.sink.lag import LagGauge
+from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.transports import HttpTransport, SinkTransport
 from olstream.contract import wire
@@ -56,7 +57,7 @@ CONSUME_BATCH = 500
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
-class Sink(LagGauge):
+class Sink(LagGauge, Repeats):
     def __init__(
         self,
         settings: SinkSettings,
@@ -197,9 +198,9 @@ class Sink(LagGauge):
                 BACKOFF_SECONDS.set(self.backoff.last_delay)
                 await asyncio.sleep(min(self.backoff.remaining(), 1.0))
             if self.stopping.is_set():
+                self._keep_repeats(batch)  # posted at the stop; the rest stays uncommitted
                 return  # unsent events stay uncommitted and are delivered after a restart
-            self.repeating -= sum(1 for e in batch if e.repeat and self._stale(e))
-            batch = [e for e in batch if not self._stale(e)]
+            batch = self._sendable(batch)
             if not batch:
                 continue
             BACKOFF_SECONDS.set(0)
@@ -238,10 +239,7 @@ class Sink(LagGauge):
                 self.repeating -= 1
             return  # revoked meanwhile: the new owner delivers it again
         if event.repeat and result.outcome in (Outcome.REJECTED, Outcome.MISCONFIGURED):
-            self.repeating -= 1  # the event itself was delivered: a refused repeat is not dead-lettered
-            self.retries.forget(event.ident)
-            log.warning("HTTP %s to a repeat of %s; not repeated again", result.status, event.where())
-            return
+            return self._give_up_repeat(event, f"HTTP {result.status}")
         if result.outcome is Outcome.DELIVERED:
             (REPEATED if event.repeat else DELIVERED).inc()
             if self.backoff.attempt:
@@ -261,9 +259,7 @@ class Sink(LagGauge):
             escalates = generation == self.backoff.generation
             wait, receiver_wide = self.retries.failed(event.ident, result, generation)
             if result.outcome is Outcome.RETRY and event.repeat and self.retries.expired(event.ident):
-                self.retries.forget(event.ident)
-                self.repeating -= 1  # given up: the event itself was delivered
-                return
+                return self._give_up_repeat(event, "retry timeout")
             if result.outcome is Outcome.RETRY and self.dlq is not None and self.retries.expired(event.ident):
                 self.retries.forget(event.ident)
                 self._dead_letter(event, result, deadletter.RETRIES_EXHAUSTED)
@@ -442,6 +438,7 @@ class Sink(LagGauge):
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        await self._flush_repeats(deadline)
         if self.dlq is not None:
             self.dlq.flush(10)
         self.commit_finished()

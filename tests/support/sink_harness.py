@@ -138,29 +138,29 @@ def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: S
         seen[run].add(pos)
 
 
-def job_version_repeats(accepted: Sequence[Request]) -> tuple[int, int]:
-    """(repeats of a job's latest terminal event, other repeated bodies) among accepted posts.
+def job_version_repeats(accepted: Sequence[Request]) -> tuple[int, int, list[str]]:
+    """(terminal events posted again, other bodies posted again, jobs not at their latest run).
 
-    A job-version repeat (docs/sink.md, Job versions) is a body delivered before that is, when it
-    comes again, its job's latest terminal event delivered so far (latest eventTime, then runId).
-    Any other body that comes twice is some other repeat (a retry, a redelivery).
+    The sink posts a job's latest terminal event again when the receiver may have applied an older
+    one after it (docs/sink.md, Job versions), so terminal events can come twice; nothing else may
+    unless something failed. The last terminal event received per job must be that job's latest
+    (latest eventTime, then the greater runId).
     """
     seen: set[bytes] = set()
-    latest: dict[tuple[str, str], tuple[datetime, str, bytes]] = {}
+    latest: dict[tuple[str, str], tuple[datetime, str]] = {}
+    last: dict[tuple[str, str], tuple[datetime, str]] = {}
     repeats = others = 0
     for req in accepted:
         doc = json.loads(req.body)
         job = (doc["job"]["namespace"], doc["job"]["name"])
+        terminal = doc["eventType"] in ("COMPLETE", "FAIL", "ABORT")
         if req.body in seen:
-            mine = latest.get(job)
-            if mine is not None and mine[2] == req.body:
-                repeats += 1
-            else:
-                others += 1
-            continue
+            repeats += terminal
+            others += not terminal
         seen.add(req.body)
-        if doc["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+        if terminal:
             rank = (datetime.fromisoformat(doc["eventTime"].replace("Z", "+00:00")), doc["run"]["runId"])
-            if job not in latest or rank > latest[job][:2]:
-                latest[job] = (*rank, req.body)
-    return repeats, others
+            last[job] = rank
+            latest[job] = max(rank, latest.get(job, rank))
+    stale = [f"{ns}/{name}" for (ns, name), rank in sorted(last.items()) if rank != latest[(ns, name)]]
+    return repeats, others, stale

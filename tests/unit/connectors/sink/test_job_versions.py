@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -221,3 +222,34 @@ def test_after_idle_every_job_is_at_its_latest_run_whatever_the_receiver_applied
         stale_without_repeats += receiver.last_of_records != latest
         assert sink.latest.repeats <= len(messages) // 2, seed
     assert stale_without_repeats >= 6, "the workload must make the receiver apply older runs last"
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.sent: list[PendingEvent] = []
+
+    async def send(self, event: PendingEvent) -> DeliveryResult:
+        self.sent.append(event)
+        return DELIVERED
+
+
+def test_repeats_no_longer_latest_are_not_sent_and_a_clean_stop_posts_the_waiting_ones() -> None:
+    transport = Recording()
+    sink = Sink(SinkSettings(), transport, Committer(), Dlq())  # type: ignore[arg-type]
+    sink.latest.enabled = True
+    sink.on_assign(None, [_tp(0)])  # type: ignore[arg-type]
+    old, new = terminal(0, 5), terminal(1, 10)
+    for e in (old, new):
+        sink.latest.sending(e)
+        sink.latest.settled(e, delivered=True)  # new is the latest now
+    outdated, current = replace(old, repeat=True), replace(new, repeat=True)
+    sink.repeating = 2
+    assert sink._sendable([outdated, current]) == [current] and sink.repeating == 1
+    sink._keep_repeats([current, new])  # a stopping worker puts back only the repeat
+    assert sink.ready.qsize() == 1
+
+    async def stop() -> None:
+        await sink._flush_repeats(asyncio.get_running_loop().time() + 5)
+
+    asyncio.run(stop())
+    assert transport.sent == [current] and sink.ready.empty()
