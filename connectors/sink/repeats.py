@@ -52,11 +52,13 @@ class Repeats:
                 self.ready.put_nowait(event)
 
     async def _flush_repeats(self, deadline: float) -> None:
-        """At a clean stop, once nothing is in flight: post the waiting repeats one at a time."""
+        """At a clean stop, once nothing is in flight: post the waiting repeats one at a time, each
+        job's once, and only those still their job's latest (a repeat can wait long behind a backlog)."""
         sent = 0
-        while not self.ready.empty():
-            event = self.ready.get_nowait()
-            if event.repeat and not self._stale(event) and time.monotonic() < deadline:
+        posted: set[tuple[str, int, int]] = set()
+        for event in self._sendable([self.ready.get_nowait() for _ in range(self.ready.qsize())]):
+            if event.repeat and event.ident not in posted and time.monotonic() < deadline:
+                posted.add(event.ident)
                 sent += (await self.transport.send(event)).outcome is Outcome.DELIVERED
         if sent:
             log.info("posted %d repeats of job versions before stopping", sent)

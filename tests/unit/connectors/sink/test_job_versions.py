@@ -247,9 +247,11 @@ def test_repeats_no_longer_latest_are_not_sent_and_a_clean_stop_posts_the_waitin
     assert sink._sendable([outdated, current]) == [current] and sink.repeating == 1
     sink._keep_repeats([current, new])  # a stopping worker puts back only the repeat
     assert sink.ready.qsize() == 1
+    sink._keep_repeats([outdated, current])  # one that waited behind a backlog, and the same again
+    sink.repeating += 2
 
     async def stop() -> None:
         await sink._flush_repeats(asyncio.get_running_loop().time() + 5)
 
     asyncio.run(stop())
-    assert transport.sent == [current] and sink.ready.empty()
+    assert transport.sent == [current] and sink.ready.empty()  # each job's latest, once
