@@ -120,9 +120,10 @@ def bench_sink(
     concurrency: int,
     partitions: int = 4,
     sink_root: Path | None = None,
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, int]:
     """(events/s at the receiver between first and last request, events/s over the process's wall
-    time, seconds from the process's start to the first request)."""
+    time, seconds from the process's start to the first request, posts beyond the events: the
+    repeats of job versions). Rates count events, not posts: a repeat is overhead."""
     from olstream.shared.kafka_admin import ensure_topic
 
     topic = f"bench.sink.{uuid.uuid4().hex[:8]}"
@@ -158,7 +159,7 @@ def bench_sink(
     count, span = receiver.stats()
     if rc != 0 or count < len(events):
         raise SystemExit(f"sink failed: rc={rc}, delivered {count} of {len(events)}")
-    return rate(count, span), rate(count, wall), receiver.first - started
+    return rate(len(events), span), rate(len(events), wall), receiver.first - started, count - len(events)
 
 
 def bench_openlineage_python(receiver: FastReceiver, docs: list[dict[str, Any]]) -> float:
@@ -292,7 +293,7 @@ def run_uniform(args: argparse.Namespace) -> bool:
     best: dict[str, float] = {}
     try:
         for round_no in range(args.repeat):  # interleaved rounds, best of each: the host is shared
-            sink_rate, sink_wall, _ = bench_sink(args.bootstrap, receiver, events, c, 4, args.sink_root)
+            sink_rate, sink_wall, _, _ = bench_sink(args.bootstrap, receiver, events, c, 4, args.sink_root)
             measured = [
                 (f"olstream sink (Kafka -> HTTP, concurrency {c})", sink_rate),
                 ("olstream sink incl. start-up and group join", sink_wall),
@@ -317,9 +318,10 @@ def run_uniform(args: argparse.Namespace) -> bool:
     return ok
 
 
-def check_arrivals(name: str, order: RunOrder, runs: int, complete: bool) -> None:
-    """Complain (stderr) about lost or repeated events: the rows would not be comparable."""
-    if order.duplicates or (complete and (order.incomplete or order.runs != runs)):
+def check_arrivals(name: str, order: RunOrder, runs: int, complete: bool, repeats: int = 0) -> None:
+    """Complain (stderr) about lost or repeated events (other than `repeats` expected ones): the rows
+    would not be comparable."""
+    if order.duplicates != repeats or (complete and (order.incomplete or order.runs != runs)):
         print(
             f"  WARNING {name}: {order.runs} runs of {runs} seen, {order.incomplete} incomplete, "
             f"{order.duplicates} repeated events",
@@ -364,10 +366,11 @@ def run_skewed(args: argparse.Namespace) -> bool:
     violations: dict[str, int] = dict.fromkeys(names, 0)
     early: dict[str, int] = dict.fromkeys(names, 0)
     startups: list[float] = []
+    repeated: list[int] = []  # the sink's posts beyond the events, per round
 
-    def record(key: str, value: float, round_no: int, complete: bool = True) -> None:
+    def record(key: str, value: float, round_no: int, complete: bool = True, repeats: int = 0) -> None:
         order = run_order(receiver.arrivals())
-        check_arrivals(names[key], order, args.runs, complete)
+        check_arrivals(names[key], order, args.runs, complete, repeats)
         violations[key] += order.out_of_order
         early[key] += order.early
         best[key] = max(best.get(key, 0.0), value)
@@ -380,12 +383,13 @@ def run_skewed(args: argparse.Namespace) -> bool:
     try:
         for round_no in range(args.repeat):
             receiver.reset()
-            sink_rate, sink_wall, startup = bench_sink(
+            sink_rate, sink_wall, startup, repeats = bench_sink(
                 args.bootstrap, receiver, events, c, args.partitions, args.sink_root
             )
             startups.append(startup)
+            repeated.append(repeats)
             best["sink_wall"] = max(best.get("sink_wall", 0.0), sink_wall)
-            record("sink", sink_rate, round_no)
+            record("sink", sink_rate, round_no, repeats=repeats)
             receiver.reset()
             record("raw", bench_aiohttp(receiver, bodies, c, shared=True), round_no)
             receiver.reset()
@@ -425,13 +429,19 @@ def run_skewed(args: argparse.Namespace) -> bool:
         "early = runs whose COMPLETE arrived after their START but before the START was answered)"
     )
     print(f"(sink start-up, process start to its first request: {min(startups):.1f}-{max(startups):.1f} s)")
+    per_1000 = [1000 * r / len(events) for r in repeated]
+    print(
+        f"(sink repeats of job versions, posts beyond the {len(events)} events: "
+        f"{', '.join(f'{r:,}' for r in repeated)} per round, {min(per_1000):.1f}-{max(per_1000):.1f} "
+        "per 1,000 events; the sink's rates count events, not posts)"
+    )
     sink = best["sink"]
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
     print("\ngoal:")
-    print(f"  sink >= 50% of the raw loop: {sink / raw:.0%}, {verdict(sink >= 0.5 * raw)}")
+    print(f"  sink >= 80% of the raw loop: {sink / raw:.0%}, {verdict(sink >= 0.8 * raw)}")
     reach = "" if raw >= 10 * ol else f" (out of reach here: the raw loop itself is {raw / ol:.1f}x)"
     ok_ol = sink >= 10 * ol
     print(f"  sink >= 10x openlineage-python, {c} threads: {sink / ol:.1f}x, {verdict(ok_ol)}{reach}")
@@ -442,7 +452,7 @@ def run_skewed(args: argparse.Namespace) -> bool:
     print(f"  no per-run order violations by the sink: {violations['sink']}, {verdict(ordered)}")
     waited = not early["sink"]
     print(f"  (and no COMPLETE sent before its START was answered: {early['sink']}, {verdict(waited)})")
-    return sink >= 0.5 * raw and ok_ol and ordered
+    return sink >= 0.8 * raw and ok_ol and ordered
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 import olstream
-from olstream.contract.naming import has_uri_scheme
+from olstream.contract.naming import source_uri
 from olstream.streams.state import DatasetRef, JobRun, RunState
 
 OPENLINEAGE_SCHEMA_URL = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
@@ -125,8 +125,7 @@ def _job_ref_json(j: JobRun) -> str:
 def _datasource_json(datasource: str, namespace: str) -> tuple[str, str]:
     """(the dataset's opening up to its name, its facets up to the dataSource facet's end)."""
     ns = _q(namespace)
-    uri = f',"uri":{ns}' if has_uri_scheme(namespace) else ""
-    return f'{{"namespace":{ns},"name":', f'{datasource},"name":{ns}{uri}}}'
+    return f'{{"namespace":{ns},"name":', f'{datasource},"name":{ns},"uri":{_q(source_uri(namespace))}}}'
 
 
 def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:

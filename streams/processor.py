@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from olstream.contract import wire
 from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
 from olstream.streams import state as st
 from olstream.streams.mapping import (
@@ -24,8 +25,21 @@ from olstream.streams.mapping import (
 class Output:
     key: bytes
     value: bytes
-    event_type: str
+    event_type: str  # `wire.HEADER_EVENT_TYPE`
     run_id: str  # the event's run.runId (`wire.HEADER_RUN_ID`)
+    event_time: str  # its eventTime as written (`wire.HEADER_EVENT_TIME`)
+    job_namespace: str  # `wire.HEADER_JOB_NAMESPACE`
+    job_name: str  # `wire.HEADER_JOB_NAME`
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The event's Kafka headers (contract.md, events topic)."""
+        return [
+            (wire.HEADER_RUN_ID, self.run_id.encode("ascii")),
+            (wire.HEADER_EVENT_TYPE, self.event_type.encode("ascii")),
+            (wire.HEADER_EVENT_TIME, self.event_time.encode("ascii")),
+            (wire.HEADER_JOB_NAMESPACE, self.job_namespace.encode("utf-8")),
+            (wire.HEADER_JOB_NAME, self.job_name.encode("utf-8")),
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +53,15 @@ class Step:
 
 
 def _start_output(cfg: MappingConfig, s: st.RunState) -> Output:
-    return Output(event_key(s), start_event(cfg, s), "START", s.run.run_id)
+    run, value = s.run, start_event(cfg, s)
+    return Output(event_key(s), value, "START", run.run_id, s.start_time, run.namespace, run.name)
 
 
 def _terminal_output(cfg: MappingConfig, s: st.RunState) -> Output:
     assert s.end is not None
-    return Output(event_key(s), terminal_event(cfg, s), TERMINAL_EVENT_TYPES[s.end.status], s.run.run_id)
+    run, event_type = s.run, TERMINAL_EVENT_TYPES[s.end.status]
+    value = terminal_event(cfg, s)
+    return Output(event_key(s), value, event_type, run.run_id, s.end.end_time, run.namespace, run.name)
 
 
 def _unknown(record: DatasetDeclared | RunEnded, what: str) -> st.StreamInputError:

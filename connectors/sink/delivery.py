@@ -12,6 +12,7 @@
 - `Retries`: which failures are one event's (retried on its own, dead-lettered as
   `retries_exhausted` after the retry timeout) and which are the receiver's (an outage: the
   circuit opens, everything waits, nothing is dead-lettered).
+- `LatestTerminals` (in `job_versions`) keeps each job at its latest run's version.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 EventId = tuple[str, int, int]  # topic, partition, offset
+JobKey = tuple[str, str]  # (job namespace, job name)
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """A terminal event's job and rank: a later `eventTime` is a later run; ties go to the greater runId."""
+
+    job: JobKey
+    rank: tuple[datetime, str]  # (eventTime, runId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +50,8 @@ class PendingEvent:
     value: bytes
     epoch: int  # the assignment epoch of its partition; stale after a revocation
     run: str | None = None  # the event's runId (`run_of`)
+    terminal: Terminal | None = None  # set for a terminal event (`job_versions.terminal_of`)
+    repeat: bool = False  # a repeat of a delivered terminal event (`LatestTerminals`), not a record
 
     @property
     def order_key(self) -> Hashable:
@@ -351,3 +363,4 @@ class Retries:
     def last_result(self, ident: EventId) -> DeliveryResult | None:
         retry = self.events.get(ident)
         return None if retry is None else retry.last
+

@@ -27,7 +27,9 @@ from olstream.connectors.sink.delivery import (
     Retries,
     run_of,
 )
+from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
 from olstream.connectors.sink.lag import LagGauge
+from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.transports import HttpTransport, SinkTransport
 from olstream.contract import wire
@@ -48,13 +50,14 @@ DEAD_LETTERED = Counter(
 )
 BACKOFF_SECONDS = Gauge("olstream_sink_backoff_seconds", "Length of the backoff wait in progress")
 IN_FLIGHT = Gauge("olstream_sink_in_flight", "Requests in flight to the receiver")
+REPEATED = Counter("olstream_sink_repeated", "Latest terminal events of a job posted again (job_versions)")
 
 TP = tuple[str, int]
 CONSUME_BATCH = 500
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
-class Sink(LagGauge):
+class Sink(LagGauge, Repeats):
     def __init__(
         self,
         settings: SinkSettings,
@@ -77,6 +80,8 @@ class Sink(LagGauge):
         self.starts: dict[TP, int] = {}  # where the group started on each owned partition (this assignment)
         self.ends: dict[TP, int] = {}  # the highest end of each owned partition seen, for the lag
         self.queues = KeyedQueues()
+        self.latest = LatestTerminals(enabled=isinstance(transport, HttpTransport))
+        self.repeating = 0  # repeats of terminal events handed out and not settled yet
         self.ready: asyncio.Queue[PendingEvent] = asyncio.Queue()
         self.buffered = 0
         self.in_flight = 0
@@ -128,6 +133,7 @@ class Sink(LagGauge):
             self.fresh.discard(tp)
         self.queues.drop_partitions(partitions)
         self.retries.drop_partitions(partitions)
+        self.latest.forget(partitions)
 
     def _stale(self, event: PendingEvent) -> bool:
         return self.epochs.get((event.topic, event.partition)) != event.epoch
@@ -145,13 +151,14 @@ class Sink(LagGauge):
         if topic is None or partition is None or offset is None:
             return
         tp = (topic, partition)
-        epoch = self.epochs.get(tp)
-        tracker = self.trackers.get(tp)
+        epoch, tracker = self.epochs.get(tp), self.trackers.get(tp)
         if epoch is None or tracker is None:
             return  # a partition we no longer own
         value = message.value() or b""
-        run = run_of(wire.header_value(message.headers(), wire.HEADER_RUN_ID), value)
-        event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run)
+        headers = message.headers()
+        run = run_of(wire.header_value(headers, wire.HEADER_RUN_ID), value)
+        event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run,
+                             terminal_of_message(run, headers, value))  # fmt: skip
         tracker.add(offset)
         self.positions[tp] = offset + 1
         self.starts.setdefault(tp, offset)
@@ -191,14 +198,17 @@ class Sink(LagGauge):
                 BACKOFF_SECONDS.set(self.backoff.last_delay)
                 await asyncio.sleep(min(self.backoff.remaining(), 1.0))
             if self.stopping.is_set():
+                self._keep_repeats(batch)  # posted at the stop; the rest stays uncommitted
                 return  # unsent events stay uncommitted and are delivered after a restart
-            batch = [e for e in batch if not self._stale(e)]
+            batch = self._sendable(batch)
             if not batch:
                 continue
             BACKOFF_SECONDS.set(0)
             generation = self.backoff.generation
             self.in_flight += len(batch)
             IN_FLIGHT.inc(len(batch))
+            for event in batch:
+                self.latest.sending(event)
             try:
                 results = await self._send(batch)
             finally:
@@ -208,7 +218,11 @@ class Sink(LagGauge):
                 zip(batch, results, strict=True), key=lambda p: p[1].outcome is not Outcome.DELIVERED
             )
             for event, result in settled:  # deliveries first: they reset the backoff, failures then set it
+                repeat = self.latest.settled(event, result.outcome is Outcome.DELIVERED)
                 self._settle(event, result, generation)
+                if repeat is not None and not self._stale(repeat):
+                    self.repeating += 1
+                    self.ready.put_nowait(repeat)
 
     async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
         if len(batch) == 1 or not isinstance(self.transport, HttpTransport):
@@ -221,14 +235,21 @@ class Sink(LagGauge):
 
     def _settle(self, event: PendingEvent, result: DeliveryResult, generation: int) -> None:
         if self._stale(event):
+            if event.repeat:
+                self.repeating -= 1
             return  # revoked meanwhile: the new owner delivers it again
+        if event.repeat and result.outcome in (Outcome.REJECTED, Outcome.MISCONFIGURED):
+            return self._give_up_repeat(event, f"HTTP {result.status}")
         if result.outcome is Outcome.DELIVERED:
-            DELIVERED.inc()
+            (REPEATED if event.repeat else DELIVERED).inc()
             if self.backoff.attempt:
                 log.info("receiver accepts events again (%s)", self.settings.destination)
                 self.pause_reason = None
                 set_health(True)
             self.retries.delivered(event.ident)
+            if event.repeat:
+                self.repeating -= 1
+                return
             self._finish(event)
         elif result.outcome is Outcome.REJECTED and self.dlq is not None:
             self.retries.forget(event.ident)
@@ -237,6 +258,8 @@ class Sink(LagGauge):
             RETRIED.inc()
             escalates = generation == self.backoff.generation
             wait, receiver_wide = self.retries.failed(event.ident, result, generation)
+            if result.outcome is Outcome.RETRY and event.repeat and self.retries.expired(event.ident):
+                return self._give_up_repeat(event, "retry timeout")
             if result.outcome is Outcome.RETRY and self.dlq is not None and self.retries.expired(event.ident):
                 self.retries.forget(event.ident)
                 self._dead_letter(event, result, deadletter.RETRIES_EXHAUSTED)
@@ -252,6 +275,8 @@ class Sink(LagGauge):
     def _retry(self, event: PendingEvent) -> None:
         if not self._stale(event):
             self.ready.put_nowait(event)
+        elif event.repeat:
+            self.repeating -= 1
 
     def _log_failure(self, event: PendingEvent, result: DeliveryResult, wait: float) -> None:
         what = f"HTTP {result.status}" if result.status is not None else result.detail
@@ -348,7 +373,7 @@ class Sink(LagGauge):
 
     def _at_end(self) -> bool:
         """True when every owned partition is consumed to its end and everything is committed."""
-        if not self.assigned_once or self.buffered or self.in_flight or not self.ready.empty():
+        if not self.assigned_once or self.buffered or self.in_flight or self.repeating or self.ready.qsize():
             return False
         if any(t.committable() is not None for t in self.trackers.values()):
             return False
@@ -413,6 +438,7 @@ class Sink(LagGauge):
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        await self._flush_repeats(deadline)
         if self.dlq is not None:
             self.dlq.flush(10)
         self.commit_finished()

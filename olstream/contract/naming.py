@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from functools import lru_cache
+from urllib.parse import quote
 
 import idna
 
@@ -34,7 +35,6 @@ NAMESPACE_CHARS = re.compile(r"[A-Za-z0-9_@+\-:=;/.]{1,1024}")
 MAX_NAMESPACE_CHARS = 1024
 MAX_JOB_PATH_BYTES = 1024
 _SCHEME_AUTHORITY = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)(.*)", re.DOTALL)
-URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")  # RFC 3986: an absolute URI starts so
 JOB_NAMESPACE_REWRITTEN = "=;"  # Marquez's formatNamespaceName turns these into _ in job namespaces
 
 
@@ -100,9 +100,52 @@ def with_job_namespace(ref: RunRef) -> RunRef:
     return ref if namespace == ref.namespace else replace(ref, namespace=namespace)
 
 
-def has_uri_scheme(namespace: str) -> bool:
-    """True for an absolute URI (``postgres://db:5432``), False for a bare name (``bigquery``)."""
-    return URI_SCHEME.match(namespace) is not None
+# RFC 3986, section 3: absolute-URI = scheme ":" hier-part [ "?" query ] (no fragment)
+_PCT = r"%[0-9A-Fa-f]{2}"
+_PCHAR_SET = r"A-Za-z0-9\-._~!$&'()*+,;=:@"
+_PCHAR = rf"(?:[{_PCHAR_SET}]|{_PCT})"
+_AUTHORITY = (
+    rf"(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|{_PCT})*@)?"  # userinfo
+    rf"(?:\[[A-Za-z0-9\-._~!$&'()*+,;=:]+\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|{_PCT})*)"  # IP literal, reg-name
+    r"(?::[0-9]*)?"
+)
+ABSOLUTE_URI = re.compile(
+    rf"[A-Za-z][A-Za-z0-9+\-.]*:"
+    rf"(?://{_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*|)"
+    rf"(?:\?(?:{_PCHAR}|[/?])*)?"
+)
+URI_SCHEME_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
+NAMESPACE_URN = "urn:olstream:namespace:"
+_URN_SAFE = "-._~!$&'()*+,;=:@/"  # pchar and "/", kept as they are; everything else percent-encoded
+
+
+def is_absolute_uri(text: str) -> bool:
+    """True for an absolute URI that RFC 3986 and Java's `java.net.URI` (Marquez) both accept.
+
+    Java refuses two forms RFC 3986 allows: nothing after the scheme (``bigquery:``) and an empty
+    authority without a path (``s3://``).
+    """
+    if ABSOLUTE_URI.fullmatch(text) is None:
+        return False
+    rest = text.partition(":")[2]
+    return rest not in ("", "//")
+
+
+@lru_cache(maxsize=4096)
+def source_uri(namespace: str) -> str:
+    """The `uri` of a dataset namespace's `dataSource` facet: always an absolute URI.
+
+    - A namespace that is an absolute URI is its own URI (``postgres://db:5432``, ``s3://bucket``).
+    - A bare name that can be a URI scheme gets an empty authority and the root path:
+      ``file`` -> ``file:///`` (RFC 8089's local file system), ``bigquery`` -> ``bigquery:///``.
+    - Anything else is named in olstream's URN: ``my_lake`` -> ``urn:olstream:namespace:my_lake``
+      (characters a URI path cannot hold are percent-encoded; a valid namespace has none).
+    """
+    if is_absolute_uri(namespace):
+        return namespace
+    if URI_SCHEME_NAME.fullmatch(namespace) is not None:
+        return f"{namespace}:///"
+    return NAMESPACE_URN + quote(namespace, safe=_URN_SAFE)
 
 
 def job_segment(workflow_type: str, workflow_version: str) -> str:

@@ -6,7 +6,9 @@ the event log, and which record and writer schema its Avro single-object body ho
 can route or skip it without decoding.
 
 Events topic (worker -> sink). `HEADER_RUN_ID`: the event's run, so the sink keeps each run's
-events in order without parsing JSON (events without it are parsed).
+events in order without parsing JSON (events without it are parsed). `HEADER_EVENT_TYPE`,
+`HEADER_EVENT_TIME`, `HEADER_JOB_NAMESPACE`, `HEADER_JOB_NAME`: what the sink needs to keep each
+job at its latest run's version, again without parsing JSON.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ of a log partition (a worker skips it)."""
 RECORD_HEADERS = (HEADER_PARTITION, HEADER_OFFSET, HEADER_TYPE, HEADER_FINGERPRINT, HEADER_HEADS)
 HEADER_RUN_ID = "olstream.run_id"
 """On an event: its `run.runId` (ASCII)."""
+HEADER_EVENT_TYPE = "olstream.event_type"
+"""On an event: its `eventType` (ASCII: START, COMPLETE, FAIL, ABORT)."""
+HEADER_EVENT_TIME = "olstream.event_time"
+"""On an event: its `eventTime`, exactly as the event writes it (ASCII, RFC 3339)."""
+HEADER_JOB_NAMESPACE = "olstream.job_namespace"
+"""On an event: its `job.namespace` (UTF-8)."""
+HEADER_JOB_NAME = "olstream.job_name"
+"""On an event: its `job.name` (UTF-8)."""
+EVENT_HEADERS = (HEADER_RUN_ID, HEADER_EVENT_TYPE, HEADER_EVENT_TIME, HEADER_JOB_NAMESPACE, HEADER_JOB_NAME)
 
 
 def message_key(log_partition: int) -> bytes:

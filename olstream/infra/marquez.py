@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MARQUEZ_VERSION = "0.50.0"
+DEFAULT_MARQUEZ_VERSION = "0.51.1"  # the newest release (no 0.52 is tagged)
 DEFAULT_PORT = 5000
 MAIN_CLASS = "marquez.MarquezApp"
 HEAP_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC")
@@ -80,6 +80,16 @@ class MarquezSettings:
     def log_file(self) -> Path:
         return self.data_dir / "marquez.out"
 
+    @property
+    def request_log_file(self) -> Path:
+        """Marquez's request log: one line per HTTP request it answered."""
+        return self.data_dir / "marquez-requests.log"
+
+    @property
+    def version_file(self) -> Path:
+        """The version the running server reported at start (its jar's manifest)."""
+        return self.data_dir / "marquez.version"
+
     def jdbc_url(self) -> str:
         parts = urlsplit(self.pg_admin_url)
         host = parts.hostname or "127.0.0.1"
@@ -97,6 +107,7 @@ def render_config(settings: MarquezSettings, template: str | None = None) -> str
         jdbc_url=settings.jdbc_url(),
         db_user=settings.db_user,
         db_password=settings.db_password,
+        request_log=settings.request_log_file,
     )
 
 
@@ -104,6 +115,33 @@ def is_shaded(jar: Path) -> bool:
     """True when the jar carries its own Dropwizard (a runnable fat jar)."""
     with zipfile.ZipFile(jar) as z:
         return any(n.startswith("io/dropwizard/") for n in z.namelist())
+
+
+def jar_version(jar: Path) -> str | None:
+    """The `Implementation-Version` of a jar's manifest, else None."""
+    try:
+        with zipfile.ZipFile(jar) as z:
+            manifest = z.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+    for line in manifest.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "Implementation-Version" and value.strip():
+            return value.strip()
+    return None
+
+
+def running_version(settings: MarquezSettings, classpath: str) -> str:
+    """The version of the Marquez that `classpath` runs: its server jar's manifest, else the setting."""
+    configured = settings.version
+    jar = main_jar(jar_dir(configured), configured) if classpath.endswith("*") else Path(classpath)
+    found = None if jar is None else jar_version(jar)
+    if found is None:
+        log.warning("no version in the manifest of %s; assuming the configured %s", jar, configured)
+        return configured
+    if found != configured:
+        log.info("the Marquez jar %s is version %s (the configured version is %s)", jar, found, configured)
+    return found
 
 
 def main_jar(libs: Path, version: str) -> Path | None:
@@ -209,6 +247,7 @@ def up(settings: MarquezSettings) -> str:
     if not port_free(settings.host, settings.port):
         raise InfrastructureError(f"port {settings.port} is taken: choose another with --port")
     classpath = resolve_classpath(settings.version, settings.jar)
+    version = running_version(settings, classpath)
     ensure_database(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.config_file.write_text(render_config(settings), encoding="utf-8")
@@ -225,6 +264,7 @@ def up(settings: MarquezSettings) -> str:
     with settings.log_file.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     settings.pid_file.write_text(str(proc.pid))
+    settings.version_file.write_text(version)
     deadline = time.monotonic() + settings.start_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -232,7 +272,13 @@ def up(settings: MarquezSettings) -> str:
                 f"Marquez exited with {proc.returncode}; last log lines:\n{tail(settings.log_file)}"
             )
         if api_ready(settings.url):
-            log.info("Marquez %s is up at %s (pid %d)", settings.version, settings.url, proc.pid)
+            log.info(
+                "Marquez %s is up at %s (pid %d); request log %s",
+                version,
+                settings.url,
+                proc.pid,
+                settings.request_log_file,
+            )
             return settings.url
         time.sleep(1.0)
     stop_pid(proc.pid)
@@ -256,9 +302,13 @@ def status(settings: MarquezSettings) -> str:
     pid = read_pid(settings)
     if pid is None:
         return "stopped"
-    return f"running (pid {pid}) at {settings.url}" + (
-        "" if api_ready(settings.url) else ", API not answering"
-    )
+    try:
+        version = settings.version_file.read_text().strip()
+    except OSError:
+        version = "of unknown version"
+    answering = "" if api_ready(settings.url) else ", API not answering"
+    where = f"at {settings.url}{answering}; request log {settings.request_log_file}"
+    return f"Marquez {version} running (pid {pid}) {where}"
 
 
 def local_pg_admin_url(settings: PostgresSettings) -> str:

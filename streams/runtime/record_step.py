@@ -120,7 +120,7 @@ class RecordStep:
             self.note_job_path_too_long(record)
         output_topic = self.settings.output_topic
         for out in step.outputs:
-            headers: Headers = [(wire.HEADER_RUN_ID, out.run_id.encode("ascii"))]
+            headers: Headers = list(out.headers())
             self.sender.send(output_topic, out.key, out.value, headers)
             m.event_counter(out.event_type).inc()
 

@@ -18,6 +18,13 @@ Read from Marquez's source (0.4x-0.51, MarquezProject/marquez):
   ``{parent full name}.{simple name}`` (the jobs trigger of ``R__1_Jobs_view_and_rewrite_function.sql``).
 - Runs: the state of the last event processed wins (no eventTime check); every POST is kept.
 - Datasets: source = the ``dataSource`` facet's name, else ``"default"``; type always DB_TABLE.
+- Sources (``SourceDao.upsert``, ``OpenLineageDao.getUrlOrNull``): every dataset's facet upserts its source
+  and replaces its connection URL with the facet's ``uri`` as ``java.net.URI`` reads it (else
+  ``http://{uri}``, else null). A facet without ``uri`` stores null, and then ``GET /api/v1/sources`` and
+  ``/api/v1/sources/{name}`` answer 500 (``connectionUrl is marked non-null but is null``), as 0.51.1 does.
+- Job versions (``updateMarquezOnComplete``, ``linkJobToJobVersion = runState.isDone()``): every terminal
+  event (COMPLETE, FAIL, ABORT) *received* makes its run's version the job's current one, whatever its
+  ``eventTime``; the version's inputs and outputs are the union of the datasets of all the run's events.
 
 Rejected events change nothing here (Marquez may write part of one: this receiver is stricter).
 """
@@ -32,7 +39,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote
 
+from olstream.contract.naming import is_absolute_uri
 from tests.support.receiver import Reply, Request
 
 NAMESPACE_NAME = re.compile(r"[a-zA-Z:;=/0-9_\-.@+]{1,1024}")
@@ -48,6 +57,10 @@ JETTY_400 = (
 )
 
 JobKey = tuple[str, str]  # (stored namespace, stored full name)
+DatasetKey = tuple[str, str]  # (namespace, name)
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "ABORTED"})
+URI_REFERENCE = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?#%]*")
+SOURCES_PATH = "/api/v1/sources"
 
 
 class Invalid(Exception):
@@ -71,6 +84,17 @@ class Run:
     state: str | None
     parent_run: str | None = None
     external_id: str = ""
+    inputs: set[DatasetKey] = field(default_factory=set)  # every event's, unioned (Marquez's run I/O)
+    outputs: set[DatasetKey] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class JobVersion:
+    """A job's current version: the run whose terminal event was received last, and that run's datasets."""
+
+    run: str  # the run's UUID
+    inputs: frozenset[DatasetKey]
+    outputs: frozenset[DatasetKey]
 
 
 @dataclass
@@ -85,6 +109,8 @@ class MarquezModel:
     jobs: dict[JobKey, Job] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)
     datasets: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) -> source name
+    sources: dict[str, str | None] = field(default_factory=dict)  # name -> connection URL (None: null)
+    job_versions: dict[JobKey, JobVersion] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     accepted: int = 0
@@ -171,6 +197,9 @@ class MarquezRules:
         self._lock = threading.Lock()
 
     def __call__(self, request: Request, n: int) -> Reply:
+        if request.method == "GET":
+            with self._lock:
+                return self._read(request.path)
         try:
             doc = json.loads(request.body)
             validate(doc)
@@ -244,17 +273,111 @@ class MarquezRules:
                                        doc["run"]["runId"])  # fmt: skip
         elif state is not None:
             run.state = state  # the job of an existing run is never changed (ON CONFLICT(uuid))
+        run = self.model.runs[uid]
         for side in ("inputs", "outputs"):
             for ds in doc.get(side) or []:
-                source = ((ds.get("facets") or {}).get("dataSource") or {}).get("name") or "default"
+                facet = (ds.get("facets") or {}).get("dataSource")
+                if facet is None:
+                    source = "default"
+                    self.model.sources.setdefault(source, "")  # upsertOrDefault: only created
+                else:
+                    source = facet.get("name") or "default"
+                    self.model.sources[source] = connection_url(facet.get("uri"))  # replaced every time
                 self.model.datasets[(ds["namespace"], ds["name"])] = source
+                (run.inputs if side == "inputs" else run.outputs).add((ds["namespace"], ds["name"]))
+        if state in TERMINAL_STATES:
+            self.model.job_versions[run.job] = JobVersion(uid, frozenset(run.inputs), frozenset(run.outputs))
+
+    # -- GET /api/v1/sources, /api/v1/sources/{name} (SourceResource) -------------------------------
+    def _read(self, path: str) -> Reply:
+        json_type = (("Content-Type", "application/json"),)
+        route = path.split("?", 1)[0]
+        sources = self.model.sources
+        if route == SOURCES_PATH:
+            if any(url is None for url in sources.values()):
+                return _null_connection_url()
+            body = {"sources": [_source_json(name, url) for name, url in sorted(sources.items())]}
+            return Reply(200, json.dumps(body).encode(), json_type)
+        if route.startswith(SOURCES_PATH + "/"):
+            name = unquote(route[len(SOURCES_PATH) + 1 :])
+            if name not in sources:
+                body = {"code": 404, "message": f"Source '{name}' not found."}
+                return Reply(404, json.dumps(body).encode(), json_type)
+            url = sources[name]
+            if url is None:
+                return _null_connection_url()
+            return Reply(200, json.dumps(_source_json(name, url)).encode(), json_type)
+        return Reply(404, b'{"code":404,"message":"HTTP 404 Not Found"}', json_type)
 
     # -- reading it back -------------------------------------------------------------------------------
     def snapshot(self) -> MarquezModel:
         with self._lock:
             m = self.model
-            return MarquezModel(dict(m.jobs), dict(m.runs), dict(m.datasets), list(m.warnings),
-                                list(m.rejections), m.accepted)  # fmt: skip
+            return MarquezModel(dict(m.jobs), dict(m.runs), dict(m.datasets), dict(m.sources),
+                                dict(m.job_versions), list(m.warnings), list(m.rejections),
+                                m.accepted)  # fmt: skip
+
+
+def _java_parses(uri: str) -> bool:
+    """Whether ``new java.net.URI(uri)`` accepts it (close enough for the forms events carry)."""
+    if ":" in uri.split("/", 1)[0] and not uri.startswith(":"):
+        return is_absolute_uri(uri)
+    return URI_REFERENCE.fullmatch(uri) is not None and not uri.startswith(":")
+
+
+def connection_url(uri: str | None) -> str | None:
+    """``OpenLineageDao.getUrlOrNull``: the URI as Java reads it, else ``http://{uri}``, else null."""
+    if uri is None:
+        return None
+    if _java_parses(uri):
+        return uri
+    return f"http://{uri}" if _java_parses(f"http://{uri}") else None
+
+
+def _source_json(name: str, url: str) -> dict[str, Any]:
+    return {"type": "POSTGRESQL", "name": name, "connectionUrl": url, "description": None}
+
+
+def _null_connection_url() -> Reply:
+    body = {"code": 500, "message": "connectionUrl is marked non-null but is null"}
+    return Reply(500, json.dumps(body).encode(), (("Content-Type", "application/json"),))
+
+
+def _event_rank(e: dict[str, Any]) -> tuple[datetime, str]:
+    return datetime.fromisoformat(str(e["eventTime"]).replace("Z", "+00:00")), str(e["run"]["runId"])
+
+
+def stale_job_versions(model: MarquezModel, events: list[dict[str, Any]]) -> list[str]:
+    """Every job whose current version is not its latest run's; empty when each job is right.
+
+    The latest run of a job is the one whose terminal event has the latest ``eventTime`` (ties: the
+    greater runId). Its version must be current, with the union of that run's events' datasets.
+    """
+    latest: dict[JobKey, dict[str, Any]] = {}
+    datasets: dict[str, tuple[set[DatasetKey], set[DatasetKey]]] = {}
+    for e in events:
+        ins, outs = datasets.setdefault(e["run"]["runId"], (set(), set()))
+        ins.update((d["namespace"], d["name"]) for d in e.get("inputs") or [])
+        outs.update((d["namespace"], d["name"]) for d in e.get("outputs") or [])
+        if e["eventType"] not in ("COMPLETE", "FAIL", "ABORT"):
+            continue
+        key = (FORMAT_NAMESPACE.sub("_", e["job"]["namespace"]), e["job"]["name"])
+        if key not in latest or _event_rank(e) > _event_rank(latest[key]):
+            latest[key] = e
+    problems: list[str] = []
+    for key, e in sorted(latest.items()):
+        version = model.job_versions.get(key)
+        run_id = e["run"]["runId"]
+        if version is None:
+            problems.append(f"job {key} has no current version; its latest run is {run_id}")
+            continue
+        if version.run != run_uuid(run_id):
+            problems.append(f"job {key} is at run {version.run}, its latest run is {run_id}")
+            continue
+        ins, outs = datasets[run_id]
+        if (version.inputs, version.outputs) != (frozenset(ins), frozenset(outs)):
+            problems.append(f"job {key} at run {run_id} has other datasets than that run's events")
+    return problems
 
 
 def misplaced_runs(model: MarquezModel, events: list[dict[str, Any]]) -> list[str]:

@@ -6,8 +6,9 @@ keyed `run:{namespace}/{job name}` the way the stream keys them.
 
 `make_run_trees` builds a more realistic mix (the sink benchmark's skewed workload): run trees
 (a root run and its child tasks) whose root jobs follow a seeded Zipf distribution, keyed by the
-tree's root job as the worker keys them, each event with the `olstream.run_id` header, in the
-time order of overlapping runs. `run_order` checks per-run order at a receiver.
+tree's root job as the worker keys them, each event with the worker's headers (`olstream.run_id`,
+`olstream.event_type`, `.event_time`, `.job_namespace`, `.job_name`), in the time order of
+overlapping runs. `run_order` checks per-run order at a receiver.
 """
 
 from __future__ import annotations
@@ -178,8 +179,19 @@ def make_run_trees(
             }
         value = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         key = f"run:{namespace}/{root_job}".encode()
-        out.append(LineageRecord(key, value, ((HEADER_RUN_ID, rid.encode("ascii")),)))
+        out.append(LineageRecord(key, value, worker_headers(doc)))
     return out
+
+
+def worker_headers(doc: dict[str, Any]) -> tuple[tuple[str, bytes], ...]:
+    """The headers the worker puts on an event (docs/contract.md, events topic)."""
+    return (
+        (HEADER_RUN_ID, doc["run"]["runId"].encode("ascii")),
+        (wire.HEADER_EVENT_TYPE, doc["eventType"].encode("ascii")),
+        (wire.HEADER_EVENT_TIME, doc["eventTime"].encode("ascii")),
+        (wire.HEADER_JOB_NAMESPACE, doc["job"]["namespace"].encode("utf-8")),
+        (wire.HEADER_JOB_NAME, doc["job"]["name"].encode("utf-8")),
+    )
 
 
 @dataclass(frozen=True)

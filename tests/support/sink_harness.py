@@ -10,6 +10,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -135,3 +136,31 @@ def assert_all_delivered_in_order(produced: Sequence[LineageRecord], accepted: S
             f"run {run!r}: event #{pos} delivered before event #{pos - 1} was ever delivered"
         )
         seen[run].add(pos)
+
+
+def job_version_repeats(accepted: Sequence[Request]) -> tuple[int, int, list[str]]:
+    """(terminal events posted again, other bodies posted again, jobs not at their latest run).
+
+    The sink posts a job's latest terminal event again when the receiver may have applied an older
+    one after it (docs/sink.md, Job versions), so terminal events can come twice; nothing else may
+    unless something failed. The last terminal event received per job must be that job's latest
+    (latest eventTime, then the greater runId).
+    """
+    seen: set[bytes] = set()
+    latest: dict[tuple[str, str], tuple[datetime, str]] = {}
+    last: dict[tuple[str, str], tuple[datetime, str]] = {}
+    repeats = others = 0
+    for req in accepted:
+        doc = json.loads(req.body)
+        job = (doc["job"]["namespace"], doc["job"]["name"])
+        terminal = doc["eventType"] in ("COMPLETE", "FAIL", "ABORT")
+        if req.body in seen:
+            repeats += terminal
+            others += not terminal
+        seen.add(req.body)
+        if terminal:
+            rank = (datetime.fromisoformat(doc["eventTime"].replace("Z", "+00:00")), doc["run"]["runId"])
+            last[job] = rank
+            latest[job] = max(rank, latest.get(job, rank))
+    stale = [f"{ns}/{name}" for (ns, name), rank in sorted(last.items()) if rank != latest[(ns, name)]]
+    return repeats, others, stale

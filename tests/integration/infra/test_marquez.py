@@ -1,8 +1,11 @@
 """The whole pipeline (simulator -> source -> worker -> sink) into a real Marquez, checked via its REST API.
 
-Marquez is started once for the session (`olstream.infra.marquez.up`, from Maven Central, on the test
-PostgreSQL) and stopped afterwards; `OLSTREAM_MARQUEZ_URL` points the test at one already running.
-When Marquez cannot be obtained from Maven Central the test is skipped and says why.
+Marquez is started once for the session (`olstream.infra.marquez.up`, from the Marquez jar in
+../shared/marquez/ or OLSTREAM_MARQUEZ_JAR, on the test PostgreSQL) and stopped afterwards;
+`OLSTREAM_MARQUEZ_URL` points the test at one already running. Where none is there the test skips
+and says why. The test checks only its own workload: every job name starts with a prefix unique
+to the run (`--job-prefix`), so a Marquez that holds other lineage (the demo's, an earlier run's)
+does not fail it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -121,6 +125,34 @@ def _find_job(jobs: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, An
     return job
 
 
+def _stale_jobs(client: httpx.Client, events: list[dict[str, Any]]) -> list[str]:
+    """Jobs whose current inputs and outputs in Marquez are not those of their latest run.
+
+    The latest run of a job is the one whose terminal event has the latest eventTime (ties: the
+    greater runId); its datasets are the union over all its events (Marquez's run I/O).
+    """
+    latest: dict[tuple[str, str], tuple[str, str]] = {}  # job -> (eventTime, runId) of its latest run
+    datasets: dict[str, tuple[set[tuple[str, str]], set[tuple[str, str]]]] = {}
+    rank: dict[tuple[str, str], tuple[datetime, str]] = {}
+    for e in events:
+        ins, outs = datasets.setdefault(e["run"]["runId"], (set(), set()))
+        ins.update((d["namespace"], d["name"]) for d in e.get("inputs", []))
+        outs.update((d["namespace"], d["name"]) for d in e.get("outputs", []))
+        if e["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
+            job = (e["job"]["namespace"], e["job"]["name"])
+            mine = (datetime.fromisoformat(e["eventTime"].replace("Z", "+00:00")), e["run"]["runId"])
+            if job not in rank or mine > rank[job]:
+                rank[job], latest[job] = mine, (e["eventTime"], e["run"]["runId"])
+    stale = []
+    for (ns, name), (_, run_id) in sorted(latest.items()):
+        job = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs/{quote(name, safe='')}")
+        got = ({(d["namespace"], d["name"]) for d in job.get("inputs", [])},
+               {(d["namespace"], d["name"]) for d in job.get("outputs", [])})  # fmt: skip
+        if got != datasets[run_id]:
+            stale.append(f"{name}: latest run {run_id}")
+    return stale
+
+
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
     resp = client.get(path)
     assert resp.status_code == 200, f"GET {path}: {resp.status_code} {resp.text[:300]}"
@@ -141,20 +173,26 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
     log_url = f"sqlite:///{tmp_path / 'events.db'}"
     eventlog, events_topic = make_topic(partitions=3), make_topic(partitions=3)
     namespace_prefix = f"mq{uuid.uuid4().hex[:6]}"
+    job_prefix = f"{namespace_prefix}."  # unique to this run: the test reads only jobs named so
+    # run ids derive from the records: another base time gives the same workload with run ids of its
+    # own (a Marquez never moves an existing run to another job, so repeated ids would fail the test)
+    base_time = (datetime(2024, 5, 1, tzinfo=UTC) + timedelta(minutes=uuid.uuid4().int % 500_000)).isoformat()
     env = subprocess_env
     b = ["--bootstrap", kafka_bootstrap]
-    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "120", "--seed", "5"], env)
+    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "120", "--seed", "5",
+          "--base-time", base_time], env)  # fmt: skip
     _run([*olstream_cmd, "source", "--log", log_url, *b, "--topic", eventlog, "--until-idle"], env)
     _run(
         [*olstream_cmd, "worker", *b, "--app-id", f"mq-{namespace_prefix}", "--data-dir", str(tmp_path / "w"),
-         "--input-topic", eventlog, "--output-topic", events_topic, "--until-idle"],
+         "--input-topic", eventlog, "--output-topic", events_topic, "--job-prefix", job_prefix,
+         "--until-idle"],
         env,
     )  # fmt: skip
     _run([*olstream_cmd, "sink", *b, "--topic", events_topic, "--group", unique_group, "--url", marquez_url,
           "--until-idle"], env)  # fmt: skip
 
     events = _read_topic(kafka_bootstrap, events_topic)
-    assert events
+    assert events and all(e["job"]["name"].startswith(job_prefix) for e in events)
     final: dict[str, dict[str, Any]] = {}
     for e in events:
         if e["run"]["runId"] not in final or e["eventType"] in ("COMPLETE", "FAIL", "ABORT"):
@@ -163,7 +201,8 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
     with httpx.Client(base_url=marquez_url, timeout=30) as client:
         jobs_by_ns: dict[str, list[dict[str, Any]]] = {}
         for ns in {e["job"]["namespace"] for e in final.values()}:
-            jobs_by_ns[ns] = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs?limit=10000")["jobs"]
+            listed = _get(client, f"/api/v1/namespaces/{quote(ns, safe='')}/jobs?limit=100000")["jobs"]
+            jobs_by_ns[ns] = [j for j in listed if j["name"].startswith(job_prefix)]  # this run's only
         for run_id, event in final.items():
             # every job (children under their parent's name, with parentJobName): the parent/child edges
             job = _find_job(jobs_by_ns[event["job"]["namespace"]], event)
@@ -189,7 +228,7 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
                         for v in run.get(key, [])
                     }
                     assert want <= got, (job["name"], direction, want - got)
-        # no phantom jobs: every stored job is one an event names
+        # no phantom jobs: every stored job of this run is one an event names
         for ns, jobs in jobs_by_ns.items():
             named = {e["job"]["name"] for e in final.values() if e["job"]["namespace"] == ns}
             phantoms = {j["name"] for j in jobs} - named
@@ -201,6 +240,13 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
                 got = _get(client, f"/api/v1/namespaces/{quote(ds['namespace'], safe='')}/datasets/"
                                    f"{quote(ds['name'], safe='')}")  # fmt: skip
                 assert got.get("sourceName") == ds["namespace"], (ds, got.get("sourceName"))
+        # every job at the version of its run with the latest terminal eventTime (ties: the greater runId)
+        stale = _stale_jobs(client, events)
+        assert stale == [], f"{len(stale)} jobs not at their latest run's version: {stale[:5]}"
+        # every source answers (a source stored without a connection URL makes Marquez answer 500)
+        sources = {d["namespace"] for e in events for d in e.get("inputs", []) + e.get("outputs", [])}
+        for source in sorted(sources):
+            _get(client, f"/api/v1/sources/{quote(source, safe='')}")
         # the lineage graph names each child's parent too
         children = [e for e in final.values() if e["run"].get("facets", {}).get("parent")]
         assert children, "the simulated workload should have child runs"

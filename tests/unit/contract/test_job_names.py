@@ -16,7 +16,9 @@ from olstream.contract.naming import (
     MAX_JOB_PATH_BYTES,
     NamespaceError,
     child_job_path,
+    is_absolute_uri,
     normalize_namespace,
+    source_uri,
 )
 from olstream.contract.records import RunRef, RunStarted, RunStatus
 from olstream.eventlog.writer import EventLogWriter
@@ -196,8 +198,8 @@ def test_the_worker_normalizes_namespaces_and_adds_a_datasource_to_every_dataset
     source = inputs[0]["facets"]["dataSource"]
     assert source["_schemaURL"].endswith("DatasourceDatasetFacet.json#/$defs/DatasourceDatasetFacet")
     assert (source["name"], source["uri"]) == ("s3://xn--donnes-brutes-ehb", "s3://xn--donnes-brutes-ehb")
-    assert inputs[1]["facets"]["dataSource"]["name"] == "bigquery"
-    assert "uri" not in inputs[1]["facets"]["dataSource"]  # not a URI: no uri rather than a wrong one
+    bigquery = inputs[1]["facets"]["dataSource"]
+    assert (bigquery["name"], bigquery["uri"]) == ("bigquery", "bigquery:///")  # a bare name: still a URI
 
 
 @pytest.mark.parametrize(
@@ -365,3 +367,35 @@ def test_the_writer_and_the_worker_share_the_rule_for_a_parent_named_as_root() -
     starts = {r.engine_run_id: r for r in records if isinstance(r, RunStarted)}
     names = {rid: doc(Harness().feed(r)[0])["job"]["name"] for rid, r in starts.items()}  # each alone
     assert names[child.engine_run_id] == "a@1.b@2" and names[grandchild.engine_run_id] == "a@1.b@2.c@3"
+
+
+@pytest.mark.parametrize(
+    ("namespace", "uri"),
+    [
+        ("postgres://db:5432", "postgres://db:5432"),  # an absolute URI is its own
+        ("s3://xn--donnes-brutes-ehb", "s3://xn--donnes-brutes-ehb"),
+        ("kafka://broker:9092", "kafka://broker:9092"),
+        ("snowflake://org-account", "snowflake://org-account"),
+        ("hdfs://nn:8020/warehouse", "hdfs://nn:8020/warehouse"),
+        ("file", "file:///"),  # RFC 8089: the local file system
+        ("bigquery", "bigquery:///"),
+        ("warehouse", "warehouse:///"),
+        ("my_lake", "urn:olstream:namespace:my_lake"),  # "_" cannot be in a scheme
+        ("team@data=1;x", "urn:olstream:namespace:team@data=1;x"),
+        ("s3://", "urn:olstream:namespace:s3://"),  # java.net.URI refuses an empty authority
+        ("bigquery:", "urn:olstream:namespace:bigquery:"),  # and nothing after the scheme
+        ("kafka://host:port", "urn:olstream:namespace:kafka://host:port"),  # a port is digits
+        ("a b%", "urn:olstream:namespace:a%20b%25"),
+    ],
+)
+def test_every_namespace_has_a_source_uri_that_is_an_absolute_uri(namespace: str, uri: str) -> None:
+    from jsonschema import Draft202012Validator
+
+    assert source_uri(namespace) == uri
+    assert is_absolute_uri(uri)
+    assert Draft202012Validator.FORMAT_CHECKER.conforms(uri, "uri"), uri  # the spec's `format: uri`
+
+
+def test_the_absolute_uri_check_refuses_what_is_not_one() -> None:
+    for text in ("bigquery", "", "//host", "1abc:x", "a b:c", "s3://", "bigquery:", "x:a b", "k://h:p"):
+        assert not is_absolute_uri(text), text

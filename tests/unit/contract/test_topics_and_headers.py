@@ -8,7 +8,7 @@ from tests.support.paths import REPO
 
 HEADERS = (
     *wire.RECORD_HEADERS,
-    wire.HEADER_RUN_ID,
+    *wire.EVENT_HEADERS,
     deadletter.ERROR,
     deadletter.ERROR_DETAIL,
     deadletter.SOURCE_TOPIC,

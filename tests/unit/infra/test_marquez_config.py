@@ -7,11 +7,19 @@ from pathlib import Path
 
 import yaml
 
-from olstream.infra.marquez import MarquezSettings, is_shaded, jar_dir, render_config
+from olstream.infra.marquez import (
+    DEFAULT_MARQUEZ_VERSION,
+    MarquezSettings,
+    is_shaded,
+    jar_dir,
+    jar_version,
+    render_config,
+    running_version,
+)
 
 
-def _settings() -> MarquezSettings:
-    return MarquezSettings("0.50.0", 5123, 5124, Path("/tmp/mq"), "postgresql://su:pw@db.local:6543/postgres")
+def _settings(version: str = "0.51.1") -> MarquezSettings:
+    return MarquezSettings(version, 5123, 5124, Path("/tmp/mq"), "postgresql://su:pw@db.local:6543/postgres")
 
 
 def test_config_has_ports_database_legacy_uris_and_no_search() -> None:
@@ -38,3 +46,26 @@ def test_a_jar_with_dropwizard_inside_is_shaded(tmp_path: Path) -> None:
         z.writestr("marquez/MarquezApp.class", b"")
     assert is_shaded(fat)
     assert not is_shaded(thin)
+
+
+def test_the_request_log_goes_to_a_file_in_the_data_dir() -> None:
+    doc = yaml.safe_load(render_config(_settings()))
+    [appender] = doc["server"]["requestLog"]["appenders"]
+    assert appender == {"type": "file", "currentLogFilename": "/tmp/mq/marquez-requests.log",
+                        "archive": False}  # fmt: skip
+    assert _settings().request_log_file == Path("/tmp/mq/marquez-requests.log")
+
+
+def test_the_default_is_the_newest_release() -> None:
+    assert DEFAULT_MARQUEZ_VERSION == "0.51.1"
+
+
+def test_the_version_run_is_the_one_in_the_jars_manifest(tmp_path: Path) -> None:
+    jar, bare = tmp_path / "marquez-api.jar", tmp_path / "bare.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\nImplementation-Version: 0.51.1\r\n")
+    with zipfile.ZipFile(bare, "w") as z:
+        z.writestr("marquez/MarquezApp.class", b"")
+    assert jar_version(jar) == "0.51.1" and jar_version(bare) is None
+    assert running_version(_settings("0.50.0"), str(jar)) == "0.51.1"  # what runs, not what was asked
+    assert running_version(_settings("0.50.0"), str(bare)) == "0.50.0"  # no manifest: the setting

@@ -302,6 +302,8 @@ def test_event_time_from_the_record_not_the_clock() -> None:
 
 
 ODD = '"\\\n\t\x00\x01\x1f\x7fé\u2028\u2029</😀'
+# ODD percent-encoded as a URI path holds it (its "/" kept)
+ODD_IN_URI = "%22%5C%0A%09%00%01%1F%7F%C3%A9%E2%80%A8%E2%80%A9%3C/%F0%9F%98%80"
 ODD_CFG = MappingConfig(
     producer='p"\\é\u2028😀',
     job_prefix="x/é",
@@ -657,7 +659,12 @@ def test_complete_with_nominal_time_versions_and_a_namespace_that_is_not_a_uri_i
                     "namespace": "warehouse",
                     "name": "sales.daily",
                     "facets": {
-                        "dataSource": {"_producer": P, "_schemaURL": SOURCE_URL, "name": "warehouse"},
+                        "dataSource": {
+                            "_producer": P,
+                            "_schemaURL": SOURCE_URL,
+                            "name": "warehouse",
+                            "uri": "warehouse:///",
+                        },
                         "version": {"_producer": P, "_schemaURL": VERSION_URL, "datasetVersion": "7"},
                     },
                 },
@@ -783,14 +790,26 @@ def test_odd_strings_and_config_land_unchanged_in_full() -> None:
                     "namespace": o,
                     "name": "",
                     "facets": {
-                        "dataSource": {"_producer": p, "_schemaURL": SOURCE_URL, "name": o},
+                        "dataSource": {
+                            "_producer": p,
+                            "_schemaURL": SOURCE_URL,
+                            "name": o,
+                            "uri": "urn:olstream:namespace:" + ODD_IN_URI,
+                        },
                         "version": {"_producer": p, "_schemaURL": VERSION_URL, "datasetVersion": o},
                     },
                 },
                 {
                     "namespace": "",
                     "name": o,
-                    "facets": {"dataSource": {"_producer": p, "_schemaURL": SOURCE_URL, "name": ""}},
+                    "facets": {
+                    "dataSource": {
+                        "_producer": p,
+                        "_schemaURL": SOURCE_URL,
+                        "name": "",
+                        "uri": "urn:olstream:namespace:",
+                    }
+                },
                 },
             ],
             "outputs": [
@@ -802,7 +821,7 @@ def test_odd_strings_and_config_land_unchanged_in_full() -> None:
                             "_producer": p,
                             "_schemaURL": SOURCE_URL,
                             "name": f"file:{o}",
-                            "uri": f"file:{o}",
+                            "uri": "urn:olstream:namespace:file:" + ODD_IN_URI,  # not a URI: the URN
                         },
                         "version": {"_producer": p, "_schemaURL": VERSION_URL, "datasetVersion": ""},
                     },

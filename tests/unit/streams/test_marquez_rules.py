@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
+from olstream.contract.records import Direction
 from olstream.streams.mapping import MappingConfig
-from tests.support.marquez_rules import JETTY_400, MarquezRules, misplaced_runs, run_uuid
+from tests.support.marquez_rules import JETTY_400, MarquezRules, misplaced_runs, run_uuid, stale_job_versions
 from tests.support.receiver import Request
-from tests.support.stream_records import Harness, chain, declared, ended
+from tests.support.stream_records import T0, Harness, chain, declared, ended, started
 
 
 def post(rules: MarquezRules, *events: dict[str, Any] | bytes) -> list[int]:
@@ -103,3 +106,74 @@ def test_datasets_get_the_data_source_facets_name_else_default() -> None:
 
 def test_run_ids_that_are_not_uuids_map_like_java_name_uuid_from_bytes() -> None:
     assert run_uuid("abc") == "90015098-3cd2-3fb0-9696-3f7d28e17f72"  # UUID.nameUUIDFromBytes("abc")
+
+
+def get(rules: MarquezRules, path: str) -> tuple[int, Any]:
+    reply = rules(Request("GET", path, {}, b"", time.monotonic(), None), 0)
+    return reply.status, json.loads(reply.body) if reply.body else None
+
+
+def test_sources_are_served_back_and_one_stored_without_a_uri_answers_500_like_marquez() -> None:
+    events = depth_4_tree(MappingConfig())
+    rules = MarquezRules()
+    post(rules, *events)
+    status, body = get(rules, "/api/v1/sources/" + quote("postgres://db:5432", safe=""))
+    assert (status, body["connectionUrl"]) == (200, "postgres://db:5432")
+    assert get(rules, "/api/v1/sources")[0] == 200
+    assert get(rules, "/api/v1/sources/nowhere")[0] == 404
+    without_uri = json.loads(json.dumps(events[-1]))
+    for ds in without_uri["inputs"]:
+        ds["namespace"] = ds["facets"]["dataSource"]["name"] = "bigquery"
+        del ds["facets"]["dataSource"]["uri"]  # what olstream sent before every facet had a uri
+    post(rules, without_uri)
+    null_url = {"code": 500, "message": "connectionUrl is marked non-null but is null"}
+    assert get(rules, "/api/v1/sources/bigquery") == (500, null_url)
+    assert get(rules, "/api/v1/sources")[0] == 500
+    for ds in without_uri["inputs"]:
+        ds["facets"]["dataSource"]["uri"] = "bigquery:///"
+    post(rules, without_uri)  # the upsert replaces the connection URL
+    assert get(rules, "/api/v1/sources/bigquery")[1]["connectionUrl"] == "bigquery:///"
+    assert get(rules, "/api/v1/sources")[0] == 200
+
+
+def runs_of_one_job(n: int) -> list[list[dict[str, Any]]]:
+    """`n` runs of one job, run i ending at minute i, each reading its own dataset: [START, COMPLETE] each."""
+    runs = []
+    for i in range(n):
+        rid = f"r{i}"
+        records = [
+            started(rid, offset=0, partition=i),
+            declared(rid, offset=1, partition=i, name=f"in_{i}"),
+            declared(rid, offset=2, partition=i, name=f"out_{i}", direction=Direction.OUTPUT),
+            ended(rid, offset=3, partition=i, at=T0 + timedelta(minutes=i + 1)),
+        ]
+        runs.append([json.loads(o.value) for o in Harness(MappingConfig()).feed(*records)])
+    return runs
+
+
+def test_the_last_terminal_event_received_sets_the_job_version_whatever_its_event_time() -> None:
+    runs = runs_of_one_job(3)
+    events = [e for run in runs for e in run]
+    rules = MarquezRules()
+    post(rules, *events)  # in eventTime order: the latest run's COMPLETE is the last one received
+    assert stale_job_versions(rules.snapshot(), events) == []
+    version = next(iter(rules.snapshot().job_versions.values()))
+    assert version.inputs == {("postgres://db:5432", "in_2")}
+    assert version.outputs == {("postgres://db:5432", "out_2")}
+    post(rules, runs[0][1])  # an older run's COMPLETE arrives last
+    problems = stale_job_versions(rules.snapshot(), events)
+    assert len(problems) == 1 and "its latest run is" in problems[0], problems
+    post(rules, runs[2][1])  # the latest one repeated, byte for byte: right again
+    assert stale_job_versions(rules.snapshot(), events) == []
+
+
+def test_a_tie_in_event_time_goes_to_the_greater_run_id() -> None:
+    runs = runs_of_one_job(2)
+    runs[0][1]["eventTime"] = runs[1][1]["eventTime"]
+    low, high = sorted(runs, key=lambda run: str(run[1]["run"]["runId"]))
+    events = [*low, *high]
+    rules = MarquezRules()
+    post(rules, *events)  # the greater runId's COMPLETE last: right
+    assert stale_job_versions(rules.snapshot(), events) == []
+    post(rules, low[1])
+    assert stale_job_versions(rules.snapshot(), events) != []

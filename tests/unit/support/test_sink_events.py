@@ -25,8 +25,15 @@ def test_run_trees_start_then_complete_per_run_same_key_and_header() -> None:
     for e in events:
         doc = json.loads(e.value)
         rid = doc["run"]["runId"]
-        assert e.headers == ((HEADER_RUN_ID, rid.encode("ascii")),)
+        assert e.headers[0] == (HEADER_RUN_ID, rid.encode("ascii"))
         assert HEADER_RUN_ID == "olstream.run_id"
+        assert dict(e.headers) == {
+            "olstream.run_id": rid.encode("ascii"),
+            "olstream.event_type": doc["eventType"].encode(),
+            "olstream.event_time": doc["eventTime"].encode(),
+            "olstream.job_namespace": doc["job"]["namespace"].encode(),
+            "olstream.job_name": doc["job"]["name"].encode(),
+        }
         stamp = datetime.fromisoformat(doc["eventTime"].replace("Z", "+00:00"))
         per_run.setdefault(rid, []).append((doc["eventType"], e.key, stamp))
         job = doc["job"]["name"]

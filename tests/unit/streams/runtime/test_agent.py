@@ -989,10 +989,15 @@ def test_a_run_is_never_evicted_in_the_batch_of_its_terminal_event(rig: Rig) -> 
     assert [s for s in rig.take() if s[0] in ("flush", "del")] == [("flush",), ("del", "0:r1", 0)]
 
 
-def test_every_event_carries_its_run_id_header_for_the_sink(rig: Rig) -> None:
+def test_every_event_carries_its_run_id_type_time_and_job_headers_for_the_sink(rig: Rig) -> None:
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     rig.flush_quiet_batch()
     outputs = [(json.loads(v), h) for t, v, h in rig.sender.values if t == OUTPUT]
     assert [d["eventType"] for d, _ in outputs] == ["START", "COMPLETE"]
     for doc, headers in outputs:
+        assert list(headers) == list(wire.EVENT_HEADERS)
         assert headers[wire.HEADER_RUN_ID] == doc["run"]["runId"].encode()
+        assert headers[wire.HEADER_EVENT_TYPE] == doc["eventType"].encode()
+        assert headers[wire.HEADER_EVENT_TIME] == doc["eventTime"].encode()
+        assert headers[wire.HEADER_JOB_NAMESPACE] == doc["job"]["namespace"].encode()
+        assert headers[wire.HEADER_JOB_NAME] == doc["job"]["name"].encode("utf-8")
