@@ -36,6 +36,9 @@ from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
 from olstream.streams.run_directory import DEFAULT_PARENT_RETENTION_MS
 
+ON_OFF = ("on", "off")
+RUNNING_EVENTS_DEFAULT = "off"  # why: docs/worker.md#running-events
+
 
 def _mapping(name: str) -> Any:
     return field_default(MappingConfig, name)
@@ -90,6 +93,13 @@ WORKER_SETTINGS = (
         "hierarchical: a child's job is its parent's job name + '.' + its own; "
         "flat: {workflowType}@{version} alone",
         choices=JOB_NAMES,
+    ),
+    Setting(
+        "running_events",
+        RUNNING_EVENTS_DEFAULT,
+        "on: a RUNNING event for each declaration that adds a dataset to an open run (the new dataset "
+        "only), so open runs show their datasets; off: START and the terminal event only",
+        choices=ON_OFF,
     ),
     Setting("producer", _mapping("producer"), "the RunEvents' producer URL"),
     Setting("integration", _mapping("integration"), "jobType facet integration"),
@@ -170,6 +180,7 @@ def resolve_worker_settings(
             job_names=r["job_names"],
             integration=r["integration"],
             programming_language=r["programming_language"],
+            running_events=r["running_events"] == "on",
         )
     except ValueError as e:
         raise ConfigError(f"invalid worker setting: {e}") from e
