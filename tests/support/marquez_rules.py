@@ -18,12 +18,19 @@ Read from Marquez's source (0.4x-0.51, MarquezProject/marquez):
   ``{parent full name}.{simple name}`` (the jobs trigger of ``R__1_Jobs_view_and_rewrite_function.sql``).
 - Runs: the state of the last event processed wins (no eventTime check); every POST is kept.
 - Datasets: source = the ``dataSource`` facet's name, else ``"default"``; type always DB_TABLE.
+- A run's inputs and outputs (``runs_input_mapping``, output dataset versions of the run) grow with
+  every event of the run, RUNNING included, and never shrink while it runs. When a run ends
+  (COMPLETE, FAIL, ABORT: ``updateMarquezOnComplete``, ``linkJobToJobVersion = runState.isDone()``),
+  the job version is computed from the union of the run's datasets (``loadJobRowRunDetails``,
+  ``Utils.newJobVersionFor``: namespace, name and the sorted dataset ids) and becomes the job's
+  current version: the last terminal event received sets the job's inputs and outputs.
 
 Rejected events change nothing here (Marquez may write part of one: this receiver is stricter).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -39,6 +46,7 @@ NAMESPACE_NAME = re.compile(r"[a-zA-Z:;=/0-9_\-.@+]{1,1024}")
 FORMAT_NAMESPACE = re.compile(r"[^a-z:/A-Z0-9\-_.@+]")
 RUN_STATES = {"start": "RUNNING", "running": "RUNNING", "complete": "COMPLETED", "abort": "ABORTED",
               "fail": "FAILED"}  # fmt: skip
+DONE_STATES = ("COMPLETED", "ABORTED", "FAILED")
 KNOWN_RUN_FACETS = ("nominalTime", "parent", "parentRun")
 KNOWN_JOB_FACETS = ("documentation", "sourceCodeLocation", "sql", "jobType")
 KNOWN_DATASET_FACETS = ("documentation", "schema", "dataSource", "lifecycleStateChange", "columnLineage",
@@ -48,6 +56,7 @@ JETTY_400 = (
 )
 
 JobKey = tuple[str, str]  # (stored namespace, stored full name)
+DatasetKey = tuple[str, str]  # (namespace, name)
 
 
 class Invalid(Exception):
@@ -63,6 +72,9 @@ class Job:
     name: str  # the full name
     simple_name: str
     parent: JobKey | None = None
+    version: str | None = None  # the current job version, linked by the last run that ended
+    inputs: tuple[DatasetKey, ...] = ()  # of the current version, sorted
+    outputs: tuple[DatasetKey, ...] = ()
 
 
 @dataclass
@@ -71,6 +83,9 @@ class Run:
     state: str | None
     parent_run: str | None = None
     external_id: str = ""
+    inputs: dict[DatasetKey, None] = field(default_factory=dict)  # in arrival order
+    outputs: dict[DatasetKey, None] = field(default_factory=dict)
+    job_version: str | None = None  # the version its end linked to its job
 
 
 @dataclass
@@ -244,17 +259,29 @@ class MarquezRules:
                                        doc["run"]["runId"])  # fmt: skip
         elif state is not None:
             run.state = state  # the job of an existing run is never changed (ON CONFLICT(uuid))
-        for side in ("inputs", "outputs"):
+        run = self.model.runs[uid]
+        for side, mapping in (("inputs", run.inputs), ("outputs", run.outputs)):
             for ds in doc.get(side) or []:
                 source = ((ds.get("facets") or {}).get("dataSource") or {}).get("name") or "default"
                 self.model.datasets[(ds["namespace"], ds["name"])] = source
+                mapping[(ds["namespace"], ds["name"])] = None
+        if state in DONE_STATES:
+            self._link_job_version(self.model.jobs[run.job], run)
+
+    def _link_job_version(self, job: Job, run: Run) -> None:
+        """``upsertJobVersionOnRunTransition`` with ``linkJobToJobVersion``: the union of the run's
+        datasets names the version, which becomes the job's current one."""
+        job.inputs, job.outputs = tuple(sorted(run.inputs)), tuple(sorted(run.outputs))
+        ids = [job.namespace, job.name, *(f"{n}:{d}" for n, d in job.inputs), "|",
+               *(f"{n}:{d}" for n, d in job.outputs)]  # fmt: skip
+        job.version = run.job_version = str(uuid.uuid3(uuid.NAMESPACE_OID, "\x1f".join(ids)))
 
     # -- reading it back -------------------------------------------------------------------------------
     def snapshot(self) -> MarquezModel:
         with self._lock:
             m = self.model
-            return MarquezModel(dict(m.jobs), dict(m.runs), dict(m.datasets), list(m.warnings),
-                                list(m.rejections), m.accepted)  # fmt: skip
+            return MarquezModel(copy.deepcopy(m.jobs), copy.deepcopy(m.runs), dict(m.datasets),
+                                list(m.warnings), list(m.rejections), m.accepted)  # fmt: skip
 
 
 def misplaced_runs(model: MarquezModel, events: list[dict[str, Any]]) -> list[str]:
