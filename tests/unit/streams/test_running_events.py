@@ -12,7 +12,7 @@ from olstream.cli.main import build_parser
 from olstream.cli.worker import build_settings
 from olstream.contract.records import Direction, RunRef, RunStatus
 from olstream.shared.errors import ConfigError
-from olstream.streams.mapping import MappingConfig
+from olstream.streams.mapping import MappingConfig, canonical_bytes
 from olstream.streams.settings import resolve_worker_settings
 from olstream.streams.state import StreamInputError, format_time
 from olstream.streams.state_store import dumps_state, loads_state
@@ -163,3 +163,17 @@ def test_the_setting_from_flag_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("OLSTREAM_RUNNING_EVENTS", "sometimes")
     with pytest.raises(ConfigError, match="running events must be one of on, off"):
         build_settings(parse(["worker"]))
+
+
+def test_running_bytes_are_the_canonical_form_of_their_own_document() -> None:
+    odd = 'q"\\ü\u2028\x01☃'
+    cfg = MappingConfig(running_events=True, producer=f"https://p/{odd}", job_prefix=odd)
+    outs = Harness(cfg).feed(
+        started(wtype=odd, instance=odd, nominal=True, principal=odd),
+        declared(offset=1, ns="s3://bucket", name=odd, version=odd),
+        declared(offset=2, direction=Direction.OUTPUT, ns="file", name=odd),
+    )
+    assert _types(outs) == ["START", "RUNNING", "RUNNING"]
+    for o in outs:
+        assert canonical_bytes(json.loads(o.value)) == o.value
+    assert doc(outs[1])["inputs"][0]["name"] == odd
