@@ -138,7 +138,8 @@ class OutputTally:
         event_type = str(doc.get("eventType"))
         if event_type == "RUNNING":  # one per dataset added: told apart by the dataset it carries
             self.running += 1
-            event_type += json.dumps([[d.get("namespace"), d.get("name")] for side in ("inputs", "outputs")
+            sides = ("inputs", "outputs")
+            event_type += json.dumps([[side, d.get("namespace"), d.get("name")] for side in sides
                                       for d in doc.get(side) or () if isinstance(d, dict)])  # fmt: skip
         key = (run_id, event_type)
         self.by_run_event[key] = self.by_run_event.get(key, 0) + 1

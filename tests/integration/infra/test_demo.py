@@ -60,6 +60,7 @@ def test_demo_delivers_a_terminal_event_per_finished_run_and_draws_the_graph(
     found = re.search(r"RUNNING events expected \(datasets added to open runs\)\D*(\d+)", done.stdout)
     assert found and int(found.group(1)) == len({e["run"]["runId"] + json.dumps(e["inputs"] + e["outputs"])
                                                  for e in running}), done.stdout  # fmt: skip
+    assert re.search(r"re-sent events that differ \(must be 0\)\s*\W*0\s", done.stdout), done.stdout
     # the summary names every stage's numbers
     for label in (
         "events RUNNING",
