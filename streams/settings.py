@@ -36,12 +36,13 @@ from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
 from olstream.streams.run_directory import DEFAULT_PARENT_RETENTION_MS
 
-ON_OFF = ("on", "off")
-RUNNING_EVENTS_DEFAULT = "off"  # why: docs/worker.md#running-events
-
 
 def _mapping(name: str) -> Any:
     return field_default(MappingConfig, name)
+
+
+ON_OFF = ("on", "off")
+RUNNING_EVENTS_DEFAULT = "on" if _mapping("running_events") else "off"  # why: docs/worker.md#running-events
 
 
 WORKER_SETTINGS = (
