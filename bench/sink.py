@@ -20,9 +20,14 @@ topic; a receiver answering after a fixed --latency-ms, default 10):
 Every row also counts, at the receiver, per-run order violations (runs whose COMPLETE arrived
 before their START) and early runs (COMPLETE arrived after the START, before its answer).
 
+running (issue 29; not part of `both`, whose rows stay without RUNNING events): the worker's own
+events for a simulated log of --runs runs (the pure step over every record, seed --seed), once with
+RUNNING events off and once on, each through `olstream sink` into the --latency-ms receiver: events
+per run, sink events/s and the runs/s they amount to.
+
 Each row reports its best of --repeat interleaved rounds (the host is shared and noisy).
 
-Usage: .venv/bin/python bench/sink.py [--workload uniform|skewed|both] [--bootstrap 127.0.0.1:19092]
+Usage: .venv/bin/python bench/sink.py [--workload uniform|skewed|running|both] [--bootstrap 127.0.0.1:19092]
        [--events 20000] [--runs 1500] [--concurrency 16] [--repeat 3] [--httpx] [--sink-root DIR]
 """
 
@@ -455,11 +460,46 @@ def run_skewed(args: argparse.Namespace) -> bool:
     return sink >= 0.8 * raw and ok_ol and ordered
 
 
+def run_running(args: argparse.Namespace) -> None:
+    """Sink events/s with the worker's RUNNING events off and on, over the same simulated log."""
+    import tempfile
+
+    from tests.support.sink_events import worker_events
+
+    with tempfile.TemporaryDirectory(prefix="olstream-bench-sink-") as tmp:
+        workloads = {mode: worker_events(Path(tmp) / mode, args.runs, args.seed, mode == "on")
+                     for mode in ("off", "on")}  # fmt: skip
+    receiver = FastReceiver(latency_ms=args.latency_ms)
+    best: dict[str, float] = {}
+    try:
+        for round_no in range(args.repeat):
+            for mode, events in workloads.items():
+                receiver.reset()
+                value, _, _ = bench_sink(args.bootstrap, receiver, events, args.concurrency, args.partitions,
+                                         args.sink_root)  # fmt: skip
+                best[mode] = max(best.get(mode, 0.0), value)
+                print(f"  running round {round_no + 1}: RUNNING {mode}: {value:,.0f} ev/s", file=sys.stderr)
+    finally:
+        receiver.close()
+    print(
+        f"\nrunning: best of {args.repeat} rounds; the worker's events of {args.runs} simulated runs "
+        f"(seed {args.seed}); {args.partitions} partitions; receiver latency {args.latency_ms:g} ms; "
+        f"sink concurrency {args.concurrency}"
+    )
+    print("| --running-events | events | events per run | sink events/s | runs/s |")
+    print("|---|---:|---:|---:|---:|")
+    for mode, events in workloads.items():
+        per_run = len(events) / args.runs
+        print(
+            f"| {mode} | {len(events):,} | {per_run:.2f} | {best[mode]:,.0f} | {best[mode] / per_run:,.0f} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--workload", choices=("uniform", "skewed", "both"), default="both")
+    parser.add_argument("--workload", choices=("uniform", "skewed", "running", "both"), default="both")
     parser.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each row reports its best round")
@@ -495,6 +535,8 @@ def main() -> int:
         run_uniform(args)
     if args.workload in ("skewed", "both"):
         run_skewed(args)
+    if args.workload == "running":
+        run_running(args)
     return 0
 
 

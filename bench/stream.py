@@ -1,7 +1,7 @@
 """Bench: the stream worker's records/s on a pre-filled input topic, next to the limit.
 
     .venv/bin/python bench/stream.py [--runs 20000] [--partitions 6] [--bootstrap 127.0.0.1:19092]
-        [--seed 3] [--skip-noop]
+        [--seed 3] [--skip-noop] [--running-events off|on|both]
 
 A seeded simulated workload (``olstream.eventlog.simulate``) of --runs runs is written to
 a fresh SQLite log and published to a fresh input topic as the source connector does. Then,
@@ -15,6 +15,10 @@ in the same run and over the same topic:
   metrics (first record processed -> last), so start-up and shutdown are not timed; the
   wall time with them is printed too, with its CPU seconds and RSS (sampled every 0.5 s;
   printed at every 25% of the runs started, and at the end).
+
+RUNNING events (issue 29): the worker runs once per --running-events mode (default both, off first),
+each over the same input with its own app id; the table above is the off run (the baseline), and a
+second table gives events, events per run, records/s and CPU seconds per mode.
 
 Goal (issue 4): >= 5,000 records/s per worker and >= 25% of the limit. The machine may be
 shared: CPU seconds are printed next to wall time.
@@ -130,18 +134,27 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run_worker(
-    bootstrap: str, src: str, total: int, runs: int, work: Path, profile: Path | None = None
+    bootstrap: str,
+    src: str,
+    total: int,
+    runs: int,
+    work: Path,
+    profile: Path | None = None,
+    running_events: str = "off",
 ) -> dict[str, object]:
     port = free_port()
     app_id = f"bench-worker-{uuid.uuid4().hex[:8]}"
+    out = f"{src}.out.{running_events}"
     cmd = [
         sys.executable, "-m", "olstream", "worker", "--bootstrap", bootstrap, "--app-id", app_id,
-        "--data-dir", str(work / "worker"), "--input-topic", src, "--output-topic", f"{src}.out",
-        "--errors-topic", f"{src}.errors", "--until-idle", "--metrics-port", str(port),
+        "--data-dir", str(work / f"worker-{running_events}"), "--input-topic", src, "--output-topic", out,
+        "--errors-topic", f"{src}.errors.{running_events}", "--until-idle", "--metrics-port", str(port),
+        "--running-events", running_events,
     ]  # fmt: skip
     if profile is not None:  # py-spy samples the worker (its RSS and CPU columns are py-spy's then)
         cmd = ["py-spy", "record", "--format", "raw", "--rate", "200", "-o", str(profile), "--", *cmd]
-    log = (work / "worker.log").open("wb")
+    log_path = work / f"worker-{running_events}.log"
+    log = log_path.open("wb")
     started = time.perf_counter()
     proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}
@@ -174,11 +187,9 @@ def run_worker(
                 rss_marks[q] = rss_mb(proc.pid)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"worker exited {proc.returncode}; see {work / 'worker.log'}")
+        raise SystemExit(f"worker exited {proc.returncode}; see {log_path}")
     assert first is not None
-    split = re.search(
-        r"\(([\d.]+) s processing records, ([\d.]+) s in checkpoints\)", (work / "worker.log").read_text()
-    )
+    split = re.search(r"\(([\d.]+) s processing records, ([\d.]+) s in checkpoints\)", log_path.read_text())
     waits = histogram_buckets(scraped, "olstream_stream_parent_wait_seconds")
     end = last or time.perf_counter()
     seconds = max(end - first[0], 1e-9)
@@ -191,6 +202,11 @@ def run_worker(
         "marks": rss_marks,
         "split": split.groups() if split else None,
         "child_delay": (quantile(waits, 0.5), quantile(waits, 0.99), int(waits.get(float("inf"), 0))),
+        "events": metric(scraped, "olstream_stream_events_total"),
+        "running": metric(
+            scraped,
+            'olstream_stream_events_total{event_type="RUNNING"}'.replace("{", r"\{").replace("}", r"\}"),
+        ),
     }
 
 
@@ -201,6 +217,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--skip-noop", action="store_true")
+    ap.add_argument("--running-events", choices=("off", "on", "both"), default="both")
     ap.add_argument(
         "--profile", type=Path, help="py-spy raw (collapsed) stacks of the worker to this file (needs py-spy)"
     )
@@ -227,7 +244,11 @@ def main() -> int:
             capture_output=True, timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         noop = float(result.read_text()) if result.exists() else None
-    w = run_worker(args.bootstrap, src, total, args.runs, work, args.profile)
+    modes = ("off", "on") if args.running_events == "both" else (args.running_events,)
+    by_mode = {
+        mode: run_worker(args.bootstrap, src, total, args.runs, work, args.profile, mode) for mode in modes
+    }
+    w = by_mode[modes[0]]
 
     limit = total / raw_s
     rate = float(w["rate"])  # type: ignore[arg-type]
@@ -261,6 +282,16 @@ def main() -> int:
     for q in sorted(marks):
         print(f"worker RSS after {args.runs * q // 4:,} runs started: {marks[q]:.0f} MB")
     print(f"worker peak RSS: {w['peak']:.0f} MB")
+    print()
+    print(f"RUNNING events (--running-events; the rows above: {modes[0]})")
+    print("| --running-events | events | of them RUNNING | events per run | records/s | wall s | CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mode, m in by_mode.items():
+        events, running = float(m["events"]), float(m["running"])  # type: ignore[arg-type]
+        print(
+            f"| {mode} | {events:,.0f} | {running:,.0f} | {events / args.runs:.2f} | "
+            f"{float(m['rate']):,.0f} | {float(m['wall']):.1f} | {float(m['cpu']):.1f} |"  # type: ignore[arg-type]
+        )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

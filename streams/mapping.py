@@ -58,6 +58,7 @@ class MappingConfig:
     job_type: str = "WORKFLOW"
     programming_language: str = "PYTHON"
     job_names: str = "hierarchical"  # or "flat": see `olstream.streams.state.start`
+    running_events: bool = False  # a RUNNING event per declaration that adds a dataset to an open run
 
     def __post_init__(self) -> None:
         if self.job_names not in JOB_NAMES:
@@ -139,8 +140,18 @@ def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
-    """The RunEvent's canonical bytes: START (terminal=False) or the run's terminal event."""
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a RUNNING event carries besides the run: the datasets one declaration added, and its time."""
+
+    event_time: str
+    inputs: tuple[DatasetRef, ...] = ()
+    outputs: tuple[DatasetRef, ...] = ()
+
+
+def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool, running: Running | None = None) -> bytes:
+    """The RunEvent's canonical bytes: START (terminal=False), RUNNING (`running`: the run's facets as on
+    its START, only the datasets given) or the run's terminal event (every dataset)."""
     f = _fragments(cfg)
     end = s.end
     if terminal:
@@ -148,6 +159,9 @@ def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
             raise ValueError(f"run {s.engine_run_id} has not ended: no terminal event")
         event_type, event_time = TERMINAL_EVENT_TYPES[end.status], end.end_time
         inputs, outputs = s.inputs, s.outputs
+    elif running is not None:
+        event_type, event_time = "RUNNING", running.event_time
+        inputs, outputs = running.inputs, running.outputs
     else:
         event_type, event_time = "START", s.start_time
         inputs, outputs = s.inputs[: s.inputs_at_start], s.outputs[: s.outputs_at_start]
@@ -218,6 +232,10 @@ def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool) -> bytes:
 
 def start_event(cfg: MappingConfig, s: RunState) -> bytes:
     return event_bytes(cfg, s, terminal=False)
+
+
+def running_event(cfg: MappingConfig, s: RunState, running: Running) -> bytes:
+    return event_bytes(cfg, s, terminal=False, running=running)
 
 
 def terminal_event(cfg: MappingConfig, s: RunState) -> bytes:

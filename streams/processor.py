@@ -10,12 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from olstream.contract import wire
-from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
+from olstream.contract.records import DatasetDeclared, Direction, Record, RunEnded, RunStarted
 from olstream.streams import state as st
 from olstream.streams.mapping import (
     TERMINAL_EVENT_TYPES,
     MappingConfig,
+    Running,
     event_key,
+    running_event,
     start_event,
     terminal_event,
 )
@@ -55,6 +57,21 @@ class Step:
 def _start_output(cfg: MappingConfig, s: st.RunState) -> Output:
     run, value = s.run, start_event(cfg, s)
     return Output(event_key(s), value, "START", run.run_id, s.start_time, run.namespace, run.name)
+
+
+def _running_output(
+    cfg: MappingConfig, s: st.RunState, record: DatasetDeclared, added: st.DatasetRef
+) -> Output:
+    """The RUNNING event of the declaration that added `added`: a function of the state's run and the
+    record alone, so a replay of the record renders the same bytes."""
+    new = (added,)
+    running = (
+        Running(st.format_time(record.time), inputs=new)
+        if record.direction is Direction.INPUT
+        else Running(st.format_time(record.time), outputs=new)
+    )
+    run, value = s.run, running_event(cfg, s, running)
+    return Output(event_key(s), value, "RUNNING", run.run_id, running.event_time, run.namespace, run.name)
 
 
 def _terminal_output(cfg: MappingConfig, s: st.RunState) -> Output:
@@ -150,7 +167,16 @@ def apply(
         if current is None:
             raise _unknown(record, "dataset declaration")
         declared = st.declare(current, record)
-        return Step(key, write=declared, replay=declared is None)
+        if not cfg.running_events:
+            return Step(key, write=declared, replay=declared is None)
+        if declared is None:
+            # a repeat adds no event; a replay of the declaration that added a dataset re-sends its
+            # identical RUNNING event while the run is open, never after its end (as a START's replay)
+            added = st.added_by(current, record) if current.end is None else None
+            replayed = () if added is None else (_running_output(cfg, current, record, added),)
+            return Step(key, outputs=replayed, replay=True)
+        new = declared.inputs[-1] if record.direction is Direction.INPUT else declared.outputs[-1]
+        return Step(key, write=declared, outputs=(_running_output(cfg, declared, record, new),))
     if current is None:
         raise _unknown(record, "run end")
     ended = st.end(current, record)

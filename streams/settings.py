@@ -41,6 +41,10 @@ def _mapping(name: str) -> Any:
     return field_default(MappingConfig, name)
 
 
+ON_OFF = ("on", "off")
+RUNNING_EVENTS_DEFAULT = "on" if _mapping("running_events") else "off"  # why: docs/worker.md#running-events
+
+
 WORKER_SETTINGS = (
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
@@ -97,6 +101,13 @@ WORKER_SETTINGS = (
         "hierarchical: a child's job is its parent's job name + '.' + its own; "
         "flat: {workflowType}@{version} alone",
         choices=JOB_NAMES,
+    ),
+    Setting(
+        "running_events",
+        RUNNING_EVENTS_DEFAULT,
+        "on: a RUNNING event for each declaration that adds a dataset to an open run (the new dataset "
+        "only), so open runs show their datasets; off: START and the terminal event only",
+        choices=ON_OFF,
     ),
     Setting("producer", _mapping("producer"), "the RunEvents' producer URL"),
     Setting("integration", _mapping("integration"), "jobType facet integration"),
@@ -178,6 +189,7 @@ def resolve_worker_settings(
             job_names=r["job_names"],
             integration=r["integration"],
             programming_language=r["programming_language"],
+            running_events=r["running_events"] == "on",
         )
     except ValueError as e:
         raise ConfigError(f"invalid worker setting: {e}") from e

@@ -62,6 +62,7 @@ class DatasetRef:
     namespace: str
     name: str
     version: str | None = None
+    declared_at: int = -1  # log offset of the declaration that added it (-1: a state stored before it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,10 +358,18 @@ def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
             record.partition,
             record.offset,
         )
-    added = (*current, DatasetRef(namespace, record.dataset_name, record.version))
+    added = (*current, DatasetRef(namespace, record.dataset_name, record.version, record.offset))
     if record.direction is Direction.INPUT:
         return state.evolve(inputs=added, last_offset=record.offset)
     return state.evolve(outputs=added, last_offset=record.offset)
+
+
+def added_by(state: RunState, record: DatasetDeclared) -> DatasetRef | None:
+    """The dataset this declaration added to the run (a replayed one), or None when it added none."""
+    for d in state.inputs if record.direction is Direction.INPUT else state.outputs:
+        if d.declared_at == record.offset:
+            return d
+    return None
 
 
 def end(state: RunState, record: RunEnded) -> RunState | None:

@@ -40,8 +40,8 @@ def dumps_state(s: RunState) -> bytes:
         "parent": _jobrun_out(s.parent),
         "root": _jobrun_out(s.root),
         "pos": list(s.start_position),
-        "in": [[d.namespace, d.name, d.version] for d in s.inputs],
-        "out": [[d.namespace, d.name, d.version] for d in s.outputs],
+        "in": [[d.namespace, d.name, d.version, d.declared_at] for d in s.inputs],
+        "out": [[d.namespace, d.name, d.version, d.declared_at] for d in s.outputs],
         "at_start": [s.inputs_at_start, s.outputs_at_start],
         "end": None
         if end is None
@@ -81,7 +81,7 @@ def loads_state(raw: bytes) -> RunState:
         parent=_jobrun_in(d["parent"]),
         root=_jobrun_in(d["root"]),
         start_position=(d["pos"][0], d["pos"][1]),
-        inputs=tuple(DatasetRef(*x) for x in d["in"]),
+        inputs=tuple(DatasetRef(*x) for x in d["in"]),  # 3 fields in a state stored before `declared_at`
         outputs=tuple(DatasetRef(*x) for x in d["out"]),
         inputs_at_start=d["at_start"][0],
         outputs_at_start=d["at_start"][1],

@@ -172,7 +172,8 @@ class Demo:
             self.children.start(
                 f"worker-{i + 1}",
                 ["worker", *b, "--app-id", topics.app_id, "--data-dir", str(self.work / f"worker-{i + 1}"),
-                 "--input-topic", topics.eventlog, "--output-topic", topics.events],
+                 "--input-topic", topics.eventlog, "--output-topic", topics.events,
+                 "--running-events", "on"],  # the demo shows open runs' datasets, whatever the default
                 metrics_port=free_port(),
             )  # fmt: skip
         target = ["--url", url] if url else ["--file", str(self.s.out)]
@@ -193,7 +194,7 @@ class Demo:
         delivered = OutputTally()
         follower = TopicFollower(bootstrap, topics.events, f"olstream-demo-observer-{self.tag}")
         file_follower = FileFollower(self.s.out)
-        expected_events = counts.runs_started + counts.runs_finished
+        expected_events = counts.runs_started + counts.runs_finished + counts.running_events
         columns = (
             TextColumn("{task.description:<34}"),
             BarColumn(),

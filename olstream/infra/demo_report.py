@@ -73,6 +73,11 @@ def summary_rows(
     return [
         ("runs simulated (started / finished)", f"{counts.runs_started} / {counts.runs_finished}"),
         *((f"events {t}", n) for t, n in sorted(events_by_type.items())),
+        ("RUNNING events expected (datasets added to open runs)", counts.running_events),
+        (
+            "runs left open (of them showing datasets)",
+            f"{graph['open_runs']} ({graph['open_runs_with_datasets']})",
+        ),
         ("duplicate deliveries (byte-identical)", tally.duplicates),
         ("re-sent events that differ (must be 0)", tally.conflicting),
         ("jobs", graph["jobs"]),

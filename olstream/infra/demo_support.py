@@ -33,6 +33,7 @@ class LogCounts:
     undecodable: int
     children_with_parent: frozenset[str] = frozenset()  # engine run ids: children whose parent is in the log
     children_parent_absent: int = 0  # children whose parent is in no log partition
+    running_events: int = 0  # declarations that add a dataset to an open run: one RUNNING event each
 
 
 def parent_edges(events: list[dict[str, object]]) -> tuple[set[str], set[str]]:
@@ -55,7 +56,8 @@ def parent_edges(events: list[dict[str, object]]) -> tuple[set[str], set[str]]:
 
 def count_log(url: str) -> LogCounts:
     from olstream.contract.codec import decode
-    from olstream.contract.records import RunEnded, RunStarted
+    from olstream.contract.naming import NamespaceError, normalize_namespace
+    from olstream.contract.records import DatasetDeclared, RunEnded, RunStarted
     from olstream.eventlog.stores import open_store
     from olstream.shared.errors import DecodeError
 
@@ -63,6 +65,7 @@ def count_log(url: str) -> LogCounts:
     started: set[str] = set()
     ended: set[str] = set()
     parents: dict[str, str] = {}  # child's engine run id -> its parent's
+    declared: set[tuple[int, str, str, str, str]] = set()  # (log partition, run, direction, ns, name)
     records = bad = 0
     try:
         for partition in store.partitions():
@@ -82,10 +85,19 @@ def count_log(url: str) -> LogCounts:
                             parents[record.engine_run_id] = record.parent.engine_run_id
                     elif isinstance(record, RunEnded):
                         ended.add(record.engine_run_id)
+                    elif record.engine_run_id in started and record.engine_run_id not in ended:
+                        assert isinstance(record, DatasetDeclared)
+                        try:
+                            namespace = normalize_namespace(record.dataset_namespace)
+                        except NamespaceError:
+                            continue  # refused by the worker: no event
+                        declared.add((record.partition, record.engine_run_id, record.direction.value,
+                                      namespace, record.dataset_name))  # fmt: skip
     finally:
         store.close()
     in_log = frozenset(child for child, parent in parents.items() if parent in started)
-    return LogCounts(records, len(started), len(started & ended), bad, in_log, len(parents) - len(in_log))
+    return LogCounts(records, len(started), len(started & ended), bad, in_log, len(parents) - len(in_log),
+                     len(declared))  # fmt: skip
 
 
 @dataclass
@@ -104,10 +116,16 @@ class OutputTally:
         """(run, event type) pairs seen with different bytes: a broken byte-identity promise."""
         return sum(1 for n in self.by_run_event.values() if n > 1)
 
+    running: int = 0  # distinct RUNNING events
+
     def complete(self, counts: LogCounts) -> bool:
-        """Every started run's START and every finished run's terminal event is here."""
+        """Every started run's START, every RUNNING event and every finished run's terminal event is here."""
         started, finished = len(self.started_runs), len(self.terminal_runs)
-        return started >= counts.runs_started and finished >= counts.runs_finished
+        return (
+            started >= counts.runs_started
+            and finished >= counts.runs_finished
+            and self.running >= counts.running_events
+        )
 
     def add(self, raw: bytes) -> None:
         if raw in self.seen:
@@ -117,7 +135,13 @@ class OutputTally:
         doc = json.loads(raw)
         self.events.append(doc)
         run_id = str(doc.get("run", {}).get("runId"))
-        key = (run_id, str(doc.get("eventType")))
+        event_type = str(doc.get("eventType"))
+        if event_type == "RUNNING":  # one per dataset added: told apart by the dataset it carries
+            self.running += 1
+            sides = ("inputs", "outputs")
+            event_type += json.dumps([[side, d.get("namespace"), d.get("name")] for side in sides
+                                      for d in doc.get(side) or () if isinstance(d, dict)])  # fmt: skip
+        key = (run_id, event_type)
         self.by_run_event[key] = self.by_run_event.get(key, 0) + 1
         if doc.get("eventType") in TERMINAL_TYPES:
             self.terminal_runs.add(run_id)

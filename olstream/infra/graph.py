@@ -3,6 +3,8 @@
 The model is pure code (`build_graph`, `to_dot`); only `render` needs the Graphviz binaries.
 Nodes are jobs and datasets; edges are reads (dataset -> job), writes (job -> dataset) and
 parent/child links between jobs (from the `parent` run facet). Jobs with a failed run are marked.
+A run that is still open (no terminal event) is drawn with the datasets its START and RUNNING events
+carried: its job dashed, and the edges only open runs have so far dashed too ("reads, running").
 """
 
 from __future__ import annotations
@@ -62,6 +64,25 @@ class LineageGraph:
     edges: set[Edge] = field(default_factory=set)
     events_by_type: Counter[str] = field(default_factory=Counter)
     run_states: dict[str, str] = field(default_factory=dict)
+    run_edges: dict[str, set[Edge]] = field(default_factory=dict)  # run id -> its read and write edges
+    job_of_run: dict[str, NodeId] = field(default_factory=dict)
+
+    @property
+    def open_runs(self) -> list[str]:
+        """Runs without a terminal event (their last event a START or RUNNING), in first-seen order."""
+        return [r for r, s in self.run_states.items() if s not in TERMINAL_TYPES]
+
+    @property
+    def open_edges(self) -> set[Edge]:
+        """Read and write edges that only open runs have (no finished run of the job has them)."""
+        finished = {
+            e for r, s in self.run_states.items() if s in TERMINAL_TYPES for e in self.run_edges.get(r, ())
+        }
+        return {e for r in self.open_runs for e in self.run_edges.get(r, ())} - finished
+
+    @property
+    def open_jobs(self) -> set[NodeId]:
+        return {self.job_of_run[r] for r in self.open_runs}
 
     @property
     def dataset_edges(self) -> list[Edge]:
@@ -85,6 +106,8 @@ class LineageGraph:
             "dataset_edges": len(self.dataset_edges),
             "parent_edges": len(self.parent_edges),
             "failed_jobs": sum(1 for s in self.jobs.values() if s.failed),
+            "open_runs": len(self.open_runs),
+            "open_runs_with_datasets": sum(1 for r in self.open_runs if self.run_edges.get(r)),
         }
 
 
@@ -147,7 +170,7 @@ def build_graph(events: Iterable[Mapping[str, Any]]) -> LineageGraph:
     """Fold RunEvents (in delivery order) into jobs, datasets and edges."""
     graph = LineageGraph()
     pending_parents: list[tuple[Mapping[str, Any], NodeId]] = []
-    job_of_run: dict[str, NodeId] = {}
+    job_of_run = graph.job_of_run
     for doc in events:
         job = _job_of(doc)
         run_id = (doc.get("run") or {}).get("runId")
@@ -161,12 +184,13 @@ def build_graph(events: Iterable[Mapping[str, Any]]) -> LineageGraph:
         # A run's final state is its terminal event; later non-terminal repeats do not undo it.
         if graph.run_states.get(run_id) not in TERMINAL_TYPES or event_type in TERMINAL_TYPES:
             graph.run_states[run_id] = event_type
-        for ds in _datasets_of(doc, "inputs"):
-            graph.datasets.add(ds)
-            graph.edges.add(Edge(ds, job, "read"))
-        for ds in _datasets_of(doc, "outputs"):
-            graph.datasets.add(ds)
-            graph.edges.add(Edge(job, ds, "write"))
+        run_edges = graph.run_edges.setdefault(run_id, set())
+        for edge in [Edge(ds, job, "read") for ds in _datasets_of(doc, "inputs")] + [
+            Edge(job, ds, "write") for ds in _datasets_of(doc, "outputs")
+        ]:
+            graph.datasets.add(edge.source if edge.kind == "read" else edge.target)
+            graph.edges.add(edge)
+            run_edges.add(edge)
         pending_parents.append((doc, job))
     for doc, job in pending_parents:
         parent = _parent_of(doc, job_of_run)
@@ -183,7 +207,9 @@ def _quote(text: str) -> str:
 
 
 def _job_label(job: NodeId, stats: JobStats) -> str:
-    parts = [f"{n} {s.lower()}" for s, n in sorted(stats.states.items())]
+    open_runs = sum(n for s, n in stats.states.items() if s not in TERMINAL_TYPES)
+    parts = [f"{n} {s.lower()}" for s, n in sorted(stats.states.items()) if s in TERMINAL_TYPES]
+    parts += [f"{open_runs} open"] if open_runs else []
     return f"{job.name}\n{job.namespace}\n" + ", ".join(parts)
 
 
@@ -195,14 +221,17 @@ def to_dot(graph: LineageGraph, title: str = "olstream lineage") -> str:
         "  node [fontname=Helvetica, fontsize=10];",
         "  edge [fontname=Helvetica, fontsize=8];",
     ]
+    open_jobs, open_edges = graph.open_jobs, graph.open_edges
     for job in sorted(graph.jobs):
         stats = graph.jobs[job]
-        style = (
-            'style="filled,bold", fillcolor="#f8d0d0", color="#c00000"'
-            if stats.failed
-            else ('style=filled, fillcolor="#d8e8f8", color="#3060a0"')
+        running = job in open_jobs
+        strokes = ("bold," if stats.failed else "") + ("dashed," if running else "")
+        colors = (
+            'fillcolor="#f8d0d0", color="#c00000"' if stats.failed else 'fillcolor="#d8e8f8", color="#3060a0"'
         )
+        style = f'style="{strokes}filled", {colors}'
         tooltip = "FAILED runs present" if stats.failed else "all runs ok"
+        tooltip += "; runs still open" if running else ""
         lines.append(
             f"  {_quote(job.key)} [shape=box, label={_quote(_job_label(job, stats))}, {style}, "
             f"tooltip={_quote(tooltip)}];"
@@ -218,6 +247,13 @@ def to_dot(graph: LineageGraph, title: str = "olstream lineage") -> str:
             "write": 'color="#3060a0", label="writes"',
             "parent": 'style=dashed, color="#888888", label="parent of", arrowhead=odiamond',
         }[edge.kind]
+        if edge in open_edges:
+            attrs = (
+                attrs.replace('label="reads"', 'label="reads, running"').replace(
+                    'label="writes"', 'label="writes, running"'
+                )
+                + ", style=dashed"
+            )
         lines.append(f"  {_quote(edge.source.key)} -> {_quote(edge.target.key)} [{attrs}];")
     lines.append("}")
     return "\n".join(lines) + "\n"

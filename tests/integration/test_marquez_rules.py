@@ -24,7 +24,7 @@ from olstream.contract import codec
 from olstream.contract.records import RunStarted, RunStatus
 from olstream.eventlog.stores import open_store
 from olstream.eventlog.writer import EventLogWriter
-from tests.support.marquez_rules import MarquezRules, misplaced_runs, stale_job_versions
+from tests.support.marquez_rules import MarquezRules, misplaced_runs, run_uuid, stale_job_versions
 from tests.support.receiver import Receiver, Request
 from tests.support.sink_harness import OLSTREAM, run_sink
 from tests.support.stream_support import (
@@ -218,3 +218,49 @@ def test_each_job_ends_at_its_latest_run_with_many_concurrent_runs_over_several_
     assert older_after_newer > 10, older_after_newer
     repeats = len(posted) - len(events)
     assert 0 < repeats < len(events) // 2, repeats
+
+
+def test_running_events_show_open_runs_datasets_and_keep_every_runs_job_version(
+    kafka_bootstrap: str, make_topic: Any, unique_group: str, tmp_path: Path
+) -> None:
+    """The same log through a worker with RUNNING events off and one with them on, each into its own
+    Marquez-rules receiver: with them, a run still open at the log's end shows exactly the datasets it
+    declared; every run that ended links the same job version either way."""
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    eventlog = make_topic(4)
+    _olstream("log", "simulate", "--log", log_url, "--runs", "300", "--seed", "13", "--partitions", "4")
+    _olstream("source", "--log", log_url, "--bootstrap", kafka_bootstrap, "--topic", eventlog, "--until-idle")
+    topics, procs = {}, []
+    for mode in ("off", "on"):
+        topics[mode], errors = make_topic(4), make_topic(1)
+        cmd = worker_cmd(kafka_bootstrap, f"{unique_group}-{mode}", tmp_path / f"w-{mode}", eventlog,
+                         topics[mode], errors, "--until-idle", "--running-events", mode)  # fmt: skip
+        procs.append((start_worker(cmd, tmp_path / f"worker-{mode}.log"), tmp_path / f"worker-{mode}.log"))
+    for proc, log in procs:
+        assert proc.wait(240) == 0, log.read_text()[-4000:]
+    events = {mode: [o.doc for o in consume_all(kafka_bootstrap, t, idle=2.0)] for mode, t in topics.items()}
+    assert sum(e["eventType"] == "RUNNING" for e in events["off"]) == 0
+    assert sum(e["eventType"] == "RUNNING" for e in events["on"]) > 0
+    models = {}
+    for mode, topic in topics.items():
+        rules, receiver, _ = deliver(kafka_bootstrap, topic, f"{unique_group}-sink-{mode}", make_topic(1),
+                                     tmp_path, mode)  # fmt: skip
+        check(rules, receiver, events[mode])
+        models[mode] = rules.snapshot()
+
+    terminal = {e["run"]["runId"] for e in events["on"] if e["eventType"] not in ("START", "RUNNING")}
+    declared: dict[str, tuple[set[tuple[str, str]], set[tuple[str, str]]]] = {}
+    for e in events["on"]:
+        ins, outs = declared.setdefault(e["run"]["runId"], (set(), set()))
+        ins.update((d["namespace"], d["name"]) for d in e["inputs"])
+        outs.update((d["namespace"], d["name"]) for d in e["outputs"])
+    open_with_datasets = 0
+    for run_id, (ins, outs) in declared.items():
+        run_on, run_off = (models[m].runs[run_uuid(run_id)] for m in ("on", "off"))
+        if run_id in terminal:
+            assert run_on.job_version is not None and run_on.job_version == run_off.job_version, run_id
+        elif ins or outs:
+            open_with_datasets += 1
+            assert (set(run_on.inputs), set(run_on.outputs)) == (ins, outs), run_id
+            assert run_off.inputs == {} and run_off.outputs == {}, "without RUNNING events: nothing"
+    assert open_with_datasets > 0, "the log leaves runs open after they declared datasets"

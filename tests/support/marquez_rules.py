@@ -25,12 +25,20 @@ Read from Marquez's source (0.4x-0.51, MarquezProject/marquez):
 - Job versions (``updateMarquezOnComplete``, ``linkJobToJobVersion = runState.isDone()``): every terminal
   event (COMPLETE, FAIL, ABORT) *received* makes its run's version the job's current one, whatever its
   ``eventTime``; the version's inputs and outputs are the union of the datasets of all the run's events.
+- Runs' datasets: a run's inputs and outputs (``runs_input_mapping``, the run's output dataset
+  versions) grow with every event of the run, RUNNING included, and never shrink while it runs. When
+  a run ends (COMPLETE, FAIL, ABORT: ``updateMarquezOnComplete``, ``linkJobToJobVersion =
+  runState.isDone()``),
+  the job version is computed from the union of the run's datasets (``loadJobRowRunDetails``,
+  ``Utils.newJobVersionFor``: namespace, name and the sorted dataset ids) and becomes the job's
+  current version: the last terminal event received sets the job's inputs and outputs.
 
 Rejected events change nothing here (Marquez may write part of one: this receiver is stricter).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -76,6 +84,9 @@ class Job:
     name: str  # the full name
     simple_name: str
     parent: JobKey | None = None
+    version: str | None = None  # the current job version, linked by the last run that ended
+    inputs: tuple[DatasetKey, ...] = ()  # of the current version, sorted
+    outputs: tuple[DatasetKey, ...] = ()
 
 
 @dataclass
@@ -84,8 +95,9 @@ class Run:
     state: str | None
     parent_run: str | None = None
     external_id: str = ""
-    inputs: set[DatasetKey] = field(default_factory=set)  # every event's, unioned (Marquez's run I/O)
-    outputs: set[DatasetKey] = field(default_factory=set)
+    inputs: dict[DatasetKey, None] = field(default_factory=dict)  # every event's, in arrival order
+    outputs: dict[DatasetKey, None] = field(default_factory=dict)
+    job_version: str | None = None  # the version its end linked to its job
 
 
 @dataclass(frozen=True)
@@ -274,7 +286,7 @@ class MarquezRules:
         elif state is not None:
             run.state = state  # the job of an existing run is never changed (ON CONFLICT(uuid))
         run = self.model.runs[uid]
-        for side in ("inputs", "outputs"):
+        for side, mapping in (("inputs", run.inputs), ("outputs", run.outputs)):
             for ds in doc.get(side) or []:
                 facet = (ds.get("facets") or {}).get("dataSource")
                 if facet is None:
@@ -284,9 +296,18 @@ class MarquezRules:
                     source = facet.get("name") or "default"
                     self.model.sources[source] = connection_url(facet.get("uri"))  # replaced every time
                 self.model.datasets[(ds["namespace"], ds["name"])] = source
-                (run.inputs if side == "inputs" else run.outputs).add((ds["namespace"], ds["name"]))
+                mapping[(ds["namespace"], ds["name"])] = None
         if state in TERMINAL_STATES:
             self.model.job_versions[run.job] = JobVersion(uid, frozenset(run.inputs), frozenset(run.outputs))
+            self._link_job_version(self.model.jobs[run.job], run)
+
+    def _link_job_version(self, job: Job, run: Run) -> None:
+        """``upsertJobVersionOnRunTransition`` with ``linkJobToJobVersion``: the union of the run's
+        datasets names the version, which becomes the job's current one."""
+        job.inputs, job.outputs = tuple(sorted(run.inputs)), tuple(sorted(run.outputs))
+        ids = [job.namespace, job.name, *(f"{n}:{d}" for n, d in job.inputs), "|",
+               *(f"{n}:{d}" for n, d in job.outputs)]  # fmt: skip
+        job.version = run.job_version = str(uuid.uuid3(uuid.NAMESPACE_OID, "\x1f".join(ids)))
 
     # -- GET /api/v1/sources, /api/v1/sources/{name} (SourceResource) -------------------------------
     def _read(self, path: str) -> Reply:
@@ -313,9 +334,9 @@ class MarquezRules:
     def snapshot(self) -> MarquezModel:
         with self._lock:
             m = self.model
-            return MarquezModel(dict(m.jobs), dict(m.runs), dict(m.datasets), dict(m.sources),
-                                dict(m.job_versions), list(m.warnings), list(m.rejections),
-                                m.accepted)  # fmt: skip
+            return MarquezModel(copy.deepcopy(m.jobs), copy.deepcopy(m.runs), dict(m.datasets),
+                                dict(m.sources), dict(m.job_versions), list(m.warnings),
+                                list(m.rejections), m.accepted)  # fmt: skip
 
 
 def _java_parses(uri: str) -> bool:

@@ -263,3 +263,26 @@ def identity(value: bytes) -> tuple[str, str, str]:
     """(job key, runId, eventType) of an event body, to check order and completeness."""
     doc = json.loads(value)
     return f"{doc['job']['namespace']}/{doc['job']['name']}", doc["run"]["runId"], doc["eventType"]
+
+
+def worker_events(tmp: Path, runs: int, seed: int, running_events: bool) -> list[LineageRecord]:
+    """The worker's own events for a simulated log of `runs` runs, in log order per log partition:
+    the pure step (`processor.apply`, parents from the same log partition) over every record, with
+    RUNNING events on or off, keyed and with headers as the worker sends them."""
+    from olstream.contract import codec
+    from olstream.shared.errors import DecodeError
+    from olstream.streams.mapping import MappingConfig
+    from olstream.streams.state import StreamInputError
+    from tests.support.stream_records import Harness
+    from tests.support.stream_support import simulated_rows
+
+    rows, _ = simulated_rows(tmp, runs, seed)
+    harness = Harness(MappingConfig(running_events=running_events))
+    out: list[LineageRecord] = []
+    for row in rows:
+        try:
+            outputs = harness.feed(codec.decode(row.payload, row.partition, row.offset))
+        except (DecodeError, StreamInputError):  # a record the worker refuses: to its errors topic
+            continue
+        out += [LineageRecord(o.key, o.value, ((HEADER_RUN_ID, o.run_id.encode("ascii")),)) for o in outputs]
+    return out

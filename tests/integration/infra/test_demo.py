@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from olstream.contract.codec import decode
-from olstream.contract.records import RunEnded, RunStarted
+from olstream.contract.records import DatasetDeclared, RunEnded, RunStarted
 
 pytestmark = pytest.mark.integration
 
@@ -55,8 +55,16 @@ def test_demo_delivers_a_terminal_event_per_finished_run_and_draws_the_graph(
     assert found, done.stdout
     assert len(started_runs) == int(found.group(1))
     assert len(terminal_runs) == int(found.group(2))
+    running = [e for e in events if e["eventType"] == "RUNNING"]  # the demo has RUNNING events on
+    assert running and all(len(e["inputs"]) + len(e["outputs"]) == 1 for e in running)
+    found = re.search(r"RUNNING events expected \(datasets added to open runs\)\D*(\d+)", done.stdout)
+    assert found and int(found.group(1)) == len({e["run"]["runId"] + json.dumps(e["inputs"] + e["outputs"])
+                                                 for e in running}), done.stdout  # fmt: skip
+    assert re.search(r"re-sent events that differ \(must be 0\)\s*\W*0\s", done.stdout), done.stdout
     # the summary names every stage's numbers
     for label in (
+        "events RUNNING",
+        "runs left open (of them showing datasets)",
         "events COMPLETE",
         "jobs",
         "datasets",
@@ -82,6 +90,7 @@ def test_demo_counts_match_the_simulated_log(tmp_path: Path) -> None:
         summary = simulate(store, runs=40, seed=3)
         started: set[str] = set()
         ended: set[str] = set()
+        added: set[tuple[str, object, str, str]] = set()  # datasets declared while their run was open
         for p in store.partitions():
             for row in store.read(p, -1, 100_000):
                 rec = decode(row.payload, row.partition, row.offset)
@@ -89,6 +98,9 @@ def test_demo_counts_match_the_simulated_log(tmp_path: Path) -> None:
                     started.add(rec.engine_run_id)
                 elif isinstance(rec, RunEnded):
                     ended.add(rec.engine_run_id)
+                elif rec.engine_run_id in started - ended:
+                    assert isinstance(rec, DatasetDeclared)
+                    added.add((rec.engine_run_id, rec.direction, rec.dataset_namespace, rec.dataset_name))
     finally:
         store.close()
     counts = count_log(url)
@@ -96,6 +108,7 @@ def test_demo_counts_match_the_simulated_log(tmp_path: Path) -> None:
     assert counts.runs_started == len(started)
     assert counts.runs_finished == len(started & ended)
     assert counts.undecodable == 0
+    assert counts.running_events == len(added) > 0
 
 
 @pytest.mark.parametrize("suffix", [".svg", ".png", ".html"])

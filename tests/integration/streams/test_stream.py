@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from olstream.contract import codec
-from olstream.contract.records import RunEnded, RunStarted
+from olstream.contract.naming import normalize_namespace
+from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.openlineage_schema import validator
 from tests.support.stream_records import ended
@@ -149,3 +152,78 @@ def test_input_written_in_transactions_is_processed_to_its_end_and_committed(
     assert len(outs) == expected and len({o.value for o in outs}) == expected
     assert consume_all(kafka_bootstrap, err, idle=1.0) == [], "no record was taken for bad input"
     assert "never reached the agent" not in log.read_text(), "a marker was taken for a dropped record"
+
+
+def _declared_so_far(records: list[Record]) -> dict[str, list[tuple[str, str, str]]]:
+    """Engine run id -> (direction, namespace, name) of each dataset it added while open, in log order."""
+    ended_at: dict[str, int] = {}
+    added: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for r in records:
+        if isinstance(r, RunEnded):
+            ended_at.setdefault(r.engine_run_id, r.offset)
+        elif isinstance(r, DatasetDeclared) and r.offset < ended_at.get(r.engine_run_id, 10**18):
+            dataset = (r.direction.value, normalize_namespace(r.dataset_namespace), r.dataset_name)
+            if dataset not in added[r.engine_run_id]:
+                added[r.engine_run_id].append(dataset)
+    return added
+
+
+def _datasets(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(side, d["namespace"], d["name"]) for key, side in (("inputs", "INPUT"), ("outputs", "OUTPUT"))
+            for d in doc[key]]  # fmt: skip
+
+
+def test_running_events_carry_each_new_dataset_and_are_identical_over_2_and_5_partitions(
+    kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
+) -> None:
+    """--running-events on: START, one RUNNING per declaration that adds a dataset, terminal; an open
+    run's RUNNING events carry exactly the datasets it declared; the bytes do not depend on the
+    partition count."""
+    rows, summary = simulated_rows(tmp_path, runs=300, seed=11)
+    records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
+    assert summary.open_runs > 0
+    ends = {r.engine_run_id: r for r in records if isinstance(r, RunEnded)}
+    added = _declared_so_far(sorted(records, key=lambda r: (r.partition, r.offset)))
+    starts = [r for r in records if isinstance(r, RunStarted)]
+    assert len({r.engine_run_id for r in starts}) == len(starts), "one run per engine run id in this log"
+    expected = len(starts) + len(ends) + sum(len(v) for v in added.values())
+    assert expected > len(starts) + len(ends), "the log declares datasets"
+    outputs: dict[int, str] = {}
+    procs = []
+    for n in (2, 5):
+        src, out, err = make_topic(n), make_topic(n), make_topic(1)
+        produce_rows(kafka_bootstrap, src, rows)
+        outputs[n] = out
+        cmd = worker_cmd(kafka_bootstrap, f"{unique_group}-{n}", tmp_path / f"w{n}", src, out, err,
+                         "--until-idle", "--running-events", "on")  # fmt: skip
+        procs.append((start_worker(cmd, tmp_path / f"w{n}.log"), tmp_path / f"w{n}.log"))
+    for proc, log in procs:
+        assert proc.wait(240) == 0, log.read_text()[-4000:]
+    got = {n: consume_all(kafka_bootstrap, out, expect=expected, idle=1.0) for n, out in outputs.items()}
+    for n, outs in got.items():
+        assert len(outs) == expected and len({o.value for o in outs}) == expected, n
+    assert [o.value for o in sorted(got[2], key=lambda o: o.value)] == [
+        o.value for o in sorted(got[5], key=lambda o: o.value)
+    ], "same log, same event bytes, RUNNING events included"
+    v = validator()
+    open_runs_with_datasets = 0
+    for events in by_run(got[5]).values():
+        v.validate(events[0].value)
+        rid = events[0].doc["run"]["facets"]["workflow"]["engineRunId"]
+        types = [e.doc["eventType"] for e in events]
+        running = [e.doc for e in events if e.doc["eventType"] == "RUNNING"]
+        want_types = ["START"] + ["RUNNING"] * len(added[rid])
+        if rid in ends:
+            want_types.append(TERMINAL_EVENT_TYPES[ends[rid].status.value])
+            assert _datasets(events[-1].doc) == [d for d in added[rid] if d[0] == "INPUT"] + [
+                d for d in added[rid] if d[0] == "OUTPUT"
+            ], "the terminal event carries every dataset"
+        elif added[rid]:
+            open_runs_with_datasets += 1
+        assert types == want_types, (rid, types)
+        assert [_datasets(r) for r in running] == [[d] for d in added[rid]], "one new dataset each"
+        for r in running:
+            v.validate(json.dumps(r))
+            assert r["run"] == events[0].doc["run"] and r["job"] == events[0].doc["job"]
+        assert len({e.key for e in events}) == 1 and len({e.partition for e in events}) == 1
+    assert open_runs_with_datasets > 0, "an open run shows its datasets before it ends"

@@ -54,3 +54,15 @@ def test_topics_are_default_on_an_own_broker_and_unique_on_a_shared_one() -> Non
     shared = topics_for(False, "abc")
     assert shared.eventlog.endswith("demo-abc") and shared.events.endswith("demo-abc")
     assert shared.sink_group != own.sink_group
+
+
+def test_running_events_of_a_run_are_told_apart_by_the_dataset_and_its_side() -> None:
+    """A run that reads and writes the same dataset has two RUNNING events: neither differs from the other."""
+    tally = OutputTally()
+    base = {"eventType": "RUNNING", "run": {"runId": "r1"}, "job": {"namespace": "n", "name": "j"}}
+    ds = [{"namespace": "s3://b", "name": "t"}]
+    tally.add(json.dumps({**base, "inputs": ds, "outputs": []}).encode())
+    tally.add(json.dumps({**base, "inputs": [], "outputs": ds}).encode())
+    assert tally.running == 2 and tally.conflicting == 0
+    tally.add(json.dumps({**base, "eventTime": "other", "inputs": ds, "outputs": []}).encode())
+    assert tally.conflicting == 1  # the same RUNNING event with other bytes

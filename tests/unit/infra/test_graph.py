@@ -143,3 +143,37 @@ def test_html_page_embeds_the_svg_and_the_summary() -> None:
     assert "<svg></svg>" in page
     assert "t &lt;1&gt;" in page
     assert "<td>datasets</td><td>1</td>" in page
+
+
+def test_open_runs_are_drawn_with_the_datasets_their_running_events_carried() -> None:
+    g = build_graph(
+        [
+            _event("START", "etl", "r1"),
+            _event("RUNNING", "etl", "r1", inputs=["raw"]),
+            _event("RUNNING", "etl", "r1", outputs=["clean"]),
+            _event("START", "load", "r2"),
+            _event("COMPLETE", "load", "r2", inputs=["clean"]),
+        ]
+    )
+    assert g.open_runs == ["r1"] and g.open_jobs == {_job("etl")}
+    assert g.open_edges == {Edge(_ds("raw"), _job("etl"), "read"), Edge(_job("etl"), _ds("clean"), "write")}
+    s = g.summary()
+    assert (s["open_runs"], s["open_runs_with_datasets"], s["finished_runs"]) == (1, 1, 1)
+    dot = to_dot(g)
+    assert 'label="reads, running", style=dashed' in dot and 'label="writes, running", style=dashed' in dot
+    assert dot.count('label="reads"') == 1  # clean -> load: a finished run's edge, drawn as before
+    etl = next(line for line in dot.splitlines() if line.startswith(f'  "job:{NS}:etl"'))
+    assert 'style="dashed,filled"' in etl and "1 open" in etl
+
+
+def test_an_edge_a_finished_run_has_too_is_not_drawn_as_running() -> None:
+    g = build_graph(
+        [
+            _event("START", "etl", "r1"),
+            _event("COMPLETE", "etl", "r1", inputs=["raw"]),
+            _event("START", "etl", "r2"),
+            _event("RUNNING", "etl", "r2", inputs=["raw"]),
+        ]
+    )
+    assert g.open_runs == ["r2"] and g.open_edges == set()
+    assert "running" not in to_dot(g).replace("runs still open", "")

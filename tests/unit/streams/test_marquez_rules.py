@@ -177,3 +177,55 @@ def test_a_tie_in_event_time_goes_to_the_greater_run_id() -> None:
     assert stale_job_versions(rules.snapshot(), events) == []
     post(rules, low[1])
     assert stale_job_versions(rules.snapshot(), events) != []
+
+
+def _open_then_ended(cfg: MappingConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the events of a run before its end, its terminal event): two inputs, one output, a repeat."""
+    records = [
+        started("r1"),
+        declared("r1", offset=1, name="orders"),
+        declared("r1", offset=2, direction=Direction.OUTPUT, ns="s3://lake", name="daily"),
+        declared("r1", offset=3, name="orders"),
+        declared("r1", offset=4, name="customers"),
+        ended("r1", offset=5),
+    ]
+    events = [json.loads(o.value) for o in Harness(cfg).feed(*records)]
+    return events[:-1], events[-1:]
+
+
+def test_running_events_show_an_open_runs_datasets_and_give_the_same_job_version_at_the_end() -> None:
+    versions = {}
+    for running in (False, True):
+        before, terminal = _open_then_ended(MappingConfig(running_events=running))
+        assert [e["eventType"] for e in before] == ["START"] + ["RUNNING"] * 3 * running
+        rules = MarquezRules()
+        assert set(post(rules, *before)) == {201}
+        open_model = rules.snapshot()
+        (run,) = open_model.runs.values()
+        shown = (list(run.inputs), list(run.outputs))
+        if running:
+            assert shown == ([("postgres://db:5432", "orders"), ("postgres://db:5432", "customers")],
+                             [("s3://lake", "daily")])  # fmt: skip
+        else:
+            assert shown == ([], [])
+        assert all(j.version is None for j in open_model.jobs.values()), "no version before the end"
+        post(rules, *terminal)
+        (job,) = rules.snapshot().jobs.values()
+        assert job.inputs == (("postgres://db:5432", "customers"), ("postgres://db:5432", "orders"))
+        assert job.outputs == (("s3://lake", "daily"),)
+        versions[running] = job.version
+    assert versions[True] is not None and versions[True] == versions[False]
+
+
+def test_the_job_version_is_the_union_of_all_the_runs_events() -> None:
+    """A terminal event without a dataset that a RUNNING event carried keeps it in the version."""
+    before, terminal = _open_then_ended(MappingConfig(running_events=True))
+    end = dict(terminal[0], inputs=[], outputs=[])
+    rules = MarquezRules()
+    post(rules, *before, end)
+    (job,) = rules.snapshot().jobs.values()
+    assert len(job.inputs) == 2 and len(job.outputs) == 1
+    other = MarquezRules()
+    post(other, before[0], end)
+    (bare,) = other.snapshot().jobs.values()
+    assert bare.inputs == () and bare.version != job.version

@@ -30,6 +30,7 @@ from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError, ExitCode
 from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
+from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts
 from olstream.streams.runtime import agent, checkpoint, record_step
 from olstream.streams.runtime import app as worker_app
@@ -296,6 +297,7 @@ class Rig:
         topic_partitions: int = 4,  # the input topic's, assigned or not
         bases: dict[int, int] | None = None,
         max_event_bytes: int = topics.MAX_MESSAGE_BYTES,
+        mapping: MappingConfig | None = None,
     ) -> None:
         self.loop = loop
         self.trace: Trace = []
@@ -319,6 +321,7 @@ class Rig:
             batch_within=0.0,
             retention_ms=RETENTION_MS,
             max_event_bytes=max_event_bytes,
+            mapping=mapping or MappingConfig(),
         )
         sa = StreamApp(
             settings,

@@ -5,6 +5,7 @@ applied as before. On the fakes of ``test_agent.py`` (no I/O)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -13,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from olstream.contract.records import Record
 from olstream.streams.log_marks import LogMark, dumps_mark, loads_mark
+from olstream.streams.mapping import MappingConfig
 from tests.support.stream_records import declared, ended, started
 from tests.unit.streams.runtime.test_agent import (
     ERRORS,
@@ -182,3 +184,74 @@ def test_a_mark_is_stored_in_its_input_partition_and_not_for_a_revoked_one(rig: 
     assert sets == [("set", "4:a", 1), ("set", "hwm:1:4", 1)]
     assert rig.table.rows[b"hwm:1:4"] == dumps_mark(LogMark(0))
     assert b"hwm:0:5" not in rig.table.rows  # its new owner applies b again from the committed offset
+
+
+def _event_types(values: list[bytes]) -> list[tuple[str, str]]:
+    docs = [json.loads(v) for v in values]
+    return [(d["run"]["facets"]["workflow"]["engineRunId"], d["eventType"]) for d in docs]
+
+
+def test_running_events_of_an_unflushed_batch_come_again_in_order_and_the_run_ends_on_its_terminal(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """--running-events on, a crash after batch B's sends and before its state: B comes again from the
+    state before it, RUNNING events included, byte for byte and in order."""
+    on = MappingConfig(running_events=True)
+    first = Rig(monkeypatch, loop, mapping=on)
+    batch_a = [event_of(started("r1", offset=0), 0, 0)]
+    batch_b = [
+        event_of(declared("r1", offset=1, name="a"), 0, 1),
+        event_of(declared("r1", offset=2, name="a"), 0, 2),  # a repeat: no event
+        event_of(declared("r1", offset=3, name="b"), 0, 3),
+        event_of(ended("r1", offset=4), 0, 4),
+    ]
+    first.feed(*batch_a)
+    first.flush_quiet_batch()
+    first.feed(*batch_b)  # sent, never flushed
+    sent_b = outputs(first)[1:]
+    assert _event_types(sent_b) == [("r1", "RUNNING"), ("r1", "RUNNING"), ("r1", "COMPLETE")]
+
+    again = Rig(monkeypatch, loop, mapping=on)
+    again.table.rows.update(first.table.rows)
+    again.feed(*batch_a, *batch_b)
+    again.flush_quiet_batch()
+    assert outputs(again) == sent_b
+    receiver = _event_types(outputs(first) + outputs(again))
+    assert receiver[0] == ("r1", "START") and receiver[-1] == ("r1", "COMPLETE")
+
+
+def test_a_crash_between_the_run_states_and_the_mark_resends_running_events_only_of_open_runs(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The run states were written, the mark was not: a replayed declaration re-sends its RUNNING
+    event while its run is open (r2), nothing after its end (r1), like a replayed START."""
+    on = MappingConfig(running_events=True)
+    first = Rig(monkeypatch, loop, mapping=on)
+    batch_a = [
+        event_of(started("r1", offset=0), 0, 0),
+        event_of(started("r2", offset=1, instance="i2"), 0, 1),
+    ]
+    first.feed(*batch_a)
+    first.flush_quiet_batch()
+    mark_after_a = first.table.rows[b"hwm:0:0"]
+    batch_b = [
+        event_of(declared("r1", offset=2, name="a"), 0, 2),
+        event_of(ended("r1", offset=3), 0, 3),
+        event_of(declared("r2", offset=4, name="x"), 0, 4),
+        event_of(declared("r2", offset=5, name="x"), 0, 5),  # a repeat: no event, and none replayed
+    ]
+    first.feed(*batch_b)
+    first.flush_quiet_batch()
+    sent_b = outputs(first)[2:]
+    assert _event_types(sent_b) == [("r1", "RUNNING"), ("r1", "COMPLETE"), ("r2", "RUNNING")]
+    rows = dict(first.table.rows)
+    rows[b"hwm:0:0"] = mark_after_a
+
+    again = Rig(monkeypatch, loop, mapping=on)
+    again.table.rows.update(rows)
+    again.feed(*batch_a, *batch_b)  # batch A is below the mark: skipped
+    again.flush_quiet_batch()
+    assert outputs(again) == sent_b[1:]  # r1's COMPLETE and r2's RUNNING, identical; no RUNNING of r1
+    assert errors(again) == []
+    r1 = [t for r, t in _event_types(outputs(first) + outputs(again)) if r == "r1"]
+    assert r1 == ["START", "RUNNING", "COMPLETE", "COMPLETE"]
