@@ -264,6 +264,7 @@ class InputOffsets:
 
         self.topic = topic
         config = consumer_config(kafka, group)
+        self._config = config
         self._consumer = Consumer(config)
         # reads single records by assignment (never subscribes or commits); faust reads the input
         # uncommitted, and so does this
@@ -278,11 +279,22 @@ class InputOffsets:
         )
 
     def _watermarks(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
         out = {}
         for p in partitions:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            tp = TopicPartition(self.topic, p)
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError._TIMED_OUT:
+                    raise
+                # the leader it asked may be a broker that died: a new client reads fresh metadata
+                fresh = Consumer(self._config)
+                try:
+                    low, high = fresh.get_watermark_offsets(tp, timeout=10)
+                finally:
+                    fresh.close()
             out[p] = (low, high)
         return out
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka.errors import IllegalStateError
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from faust.types import TP
 
 from olstream.shared.kafka_admin import not_ready
@@ -26,6 +26,10 @@ from olstream.streams.runtime import faust_private
 log = logging.getLogger(__name__)
 
 ASSIGN_TIMEOUT_SECONDS = 30.0  # a leader moving after a broker died is elected within seconds
+
+
+def _timed_out(error: KafkaError) -> bool:
+    return bool(error.code() == KafkaError._TIMED_OUT)
 
 
 class InputOrder:
@@ -59,7 +63,9 @@ class InputOrder:
                 earliest = await self.offsets.bounds(never) if never else {}
                 break
             except KafkaException as e:
-                if time.monotonic() >= deadline or not not_ready(e.args[0]):
+                # a leader moving (a broker failing over) shows as not-ready errors, or as a local
+                # time-out of the watermark request while the partition has no leader
+                if time.monotonic() >= deadline or not (not_ready(e.args[0]) or _timed_out(e.args[0])):
                     raise
                 log.info("input partitions %s: asking again where the group stands (%s)", partitions, e)
                 await asyncio.sleep(0.5)
