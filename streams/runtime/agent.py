@@ -39,7 +39,7 @@ from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
 from olstream.streams.runtime.input_order import InputOrder
-from olstream.streams.runtime.record_step import RecordStep
+from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
@@ -125,7 +125,7 @@ class StreamWorker:
 
     # ------------------------------------------------------------------ processing
 
-    def add(self, event: Any) -> None:
+    def add(self, event: Any, child: WaitedChild | None = None) -> None:
         """Process one taken record: state into the batch's overlay, events into the producer."""
         if self.table.rescan_needed:
             self.table.rescan()
@@ -133,27 +133,27 @@ class StreamWorker:
         log_offsets = self.batch.add(msg.partition, msg.offset)
         faust_private.set_current_event(event)  # table reads go to the event's partition
         t = time.perf_counter()
-        self.step.handle(event, log_offsets)
+        self.step.handle(event, log_offsets, child)
         self.busy_seconds += time.perf_counter() - t
 
-    async def wait_for_parents(self, event: Any) -> None:
+    async def wait_for_parents(self, event: Any) -> WaitedChild | None:
         """Wait until the run directory can resolve this record's parent (a child with heads).
 
         Called before the record takes the lock: checkpoints and rebalances go on meanwhile, and the
         directory's progress depends on the records topic only (`DirectoryReader`). Every such child's
         wait is observed, a zero one too: the START delay the directory adds.
         """
-        child = self.step.child_with_heads(event)
+        child = self.step.waited_child(event)
         if child is None:
-            return
+            return None
         started = time.monotonic()
-        need = self.step.pending(child, event.message.headers)
+        need = self.step.pending(child)
         if need is not None:
             m.CHILDREN_WAITING.inc()
             try:
                 while need is not None:
                     await self.reader.wait_covered(need)
-                    need = self.step.pending(child, event.message.headers)
+                    need = self.step.pending(child)
             finally:
                 m.CHILDREN_WAITING.dec()
             child_s = event.message.timestamp
@@ -161,6 +161,7 @@ class StreamWorker:
                 behind = (self.reader.newest_ms - child_s * 1000) / 1000
                 m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
         m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
+        return child
 
     async def run_checkpoint(self) -> None:
         """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""
@@ -295,13 +296,13 @@ def attach(sa: m.StreamApp) -> StreamWorker:
                 taken = await worker.input.admit(msg.partition, msg.offset)
                 if taken is None:
                     continue
-                await worker.wait_for_parents(event)
+                child = await worker.wait_for_parents(event)
                 async with worker.lock:
                     if not worker.tracker.owns(msg.partition, taken):
                         continue  # revoked while it waited for the lock: its next owner reads it again
                     token = faust_private.set_current_event(None)
                     try:
-                        worker.add(event)
+                        worker.add(event, child)
                     finally:
                         faust_private.reset_current_event(token)
             except Exception as e:  # not caught to go on: the process ends here

@@ -15,6 +15,7 @@ Nothing here waits: sends are acknowledged, and the state stored, by the batch's
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from olstream.contract import codec, wire
@@ -34,6 +35,14 @@ from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import StreamInputError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitedChild:
+    """A child RunStarted with the log's heads, decoded and its directory lookup built before the wait."""
+
+    record: RunStarted
+    lookup: DirectoryLookup
 
 
 class RecordStep:
@@ -57,39 +66,49 @@ class RecordStep:
         self.parent_warned = False
         self.path_warned = False
 
-    def handle(self, event: Any, log_offsets: dict[int, int]) -> None:
+    def handle(self, event: Any, log_offsets: dict[int, int], child: WaitedChild | None = None) -> None:
         """Process one record, unless its log partition's mark says it was applied before; `log_offsets`
         (log partition -> the highest log offset of the batch's records of this input partition) is
-        updated."""
+        updated. `child` is what the wait for its parents decoded already (`waited_child`)."""
         msg = event.message
         headers = msg.headers
         log_partition = int_header(headers, wire.HEADER_PARTITION)
         log_offset = int_header(headers, wire.HEADER_OFFSET)
         if log_partition is None or log_offset is None:  # no position in its headers: no mark to judge by
-            self.handle_record(event, log_partition, log_offset, log_offsets)
+            self.handle_record(event, log_partition, log_offset, log_offsets, child)
             return
         if self.table.judge_mark(msg.partition, log_partition, log_offset) is Verdict.DUPLICATE:
             return
-        self.handle_record(event, log_partition, log_offset, log_offsets)
+        self.handle_record(event, log_partition, log_offset, log_offsets, child)
         # applied, a replay, or refused to the errors topic: it has had its effect
         self.table.marks.applied(msg.partition, log_partition, log_offset, event)
 
     def handle_record(
-        self, event: Any, log_partition: int | None, log_offset: int | None, log_offsets: dict[int, int]
+        self,
+        event: Any,
+        log_partition: int | None,
+        log_offset: int | None,
+        log_offsets: dict[int, int],
+        child: WaitedChild | None,
     ) -> None:
         msg = event.message
-        if not event.value and wire.header_value(msg.headers, wire.HEADER_TYPE) == wire.ROW_REJECTED:
-            return  # the source's marker of a row it sent to its errors topic: nothing to apply
-        try:
-            record = codec.decode(event.value, log_partition, log_offset)
-        except DecodeError as e:  # undecodable, or invalid_time (naming the field)
-            self.errors.reject(event, e.error_reason, str(e))
-            return
+        record: Record
+        parents: DirectoryLookup | None
+        if child is not None:  # decoded, and its lookup built, by the wait for its parents
+            record, parents = child.record, child.lookup
+        else:
+            if not event.value and wire.header_value(msg.headers, wire.HEADER_TYPE) == wire.ROW_REJECTED:
+                return  # the source's marker of a row it sent to its errors topic: nothing to apply
+            try:
+                record = codec.decode(event.value, log_partition, log_offset)
+            except DecodeError as e:  # undecodable, or invalid_time (naming the field)
+                self.errors.reject(event, e.error_reason, str(e))
+                return
+            parents = self.parent_lookup(record, msg.headers) if isinstance(record, RunStarted) else None
         m.record_counter(type(record).__name__).inc()
         if record.offset > log_offsets.get(record.partition, -1):
             log_offsets[record.partition] = record.offset
         self.table.evict(record.partition, epoch_millis(record.append_time), event)
-        parents = self.parent_lookup(record, msg.headers) if isinstance(record, RunStarted) else None
         try:
             step = apply(record, self.cfg, self.table.lookup, msg.partition, parents)
         except StreamInputError as e:
@@ -140,26 +159,28 @@ class RecordStep:
             epoch_millis(record.append_time),
         )
 
-    def child_with_heads(self, event: Any) -> RunStarted | None:
-        """The record, when it is a RunStarted with a parent and the source's heads (it may wait)."""
+    def waited_child(self, event: Any) -> WaitedChild | None:
+        """The record and its directory lookup, when it is a RunStarted with a parent and the source's
+        heads (it may wait); `handle` takes them on, so the record is decoded once."""
         msg = event.message
         if not event.value or wire.header_value(msg.headers, wire.HEADER_HEADS) is None:
             return None
-        try:
+        try:  # decoded again by `handle`, naming its positions, only when this fails
             record = codec.decode(event.value)
         except DecodeError:
             return None
-        return record if isinstance(record, RunStarted) and record.parent is not None else None
+        if not isinstance(record, RunStarted) or record.parent is None:
+            return None
+        lookup = self.parent_lookup(record, msg.headers)
+        return None if lookup is None else WaitedChild(record, lookup)
 
-    def pending(self, record: RunStarted, headers: Any) -> Heads | None:
+    def pending(self, child: WaitedChild) -> Heads | None:
         """The heads the directory must reach before this child can be applied; None when it can be.
 
         It is resolved here as it will be applied, so a parent that itself waits makes the child
         wait for the parent's heads too.
         """
-        lookup = self.parent_lookup(record, headers)
-        if lookup is None:
-            return None
+        record, lookup = child.record, child.lookup
         try:  # the lookup raises NotCovered only when the child needs the directory at all
             st.start(record, self.cfg.job_prefix, lookup, 0, self.cfg.hierarchical)
         except NotCovered as e:
