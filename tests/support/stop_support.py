@@ -130,11 +130,11 @@ def _stick_worker(kind: str, partition: int, offset: int) -> None:
     if kind == "worker-block":
         add = StreamWorker.add
 
-        def blocking_add(self: StreamWorker, event: Any) -> None:
+        def blocking_add(self: StreamWorker, event: Any, child: Any = None) -> None:
             if chosen(event):
                 _mark(f"in StreamWorker.add at partition {partition} offset {offset}")
                 _block_forever()
-            add(self, event)
+            add(self, event, child)
 
         StreamWorker.add = blocking_add  # type: ignore[method-assign]
     else:
