@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "olstream.cli.worker",  # olstream worker
     "olstream.cli.sink",  # olstream sink
     "olstream.cli.tools",  # olstream demo, graph, status, marquez
+    "olstream.cli.errors",  # olstream errors list|show
 )
 
 

@@ -29,6 +29,7 @@ PARTS = (
     ("olstream.streams", 3),
     ("olstream.streams.runtime", 4),
     ("olstream.infra", 5),
+    ("olstream.operations", 5),
     ("olstream.cli", 6),
     ("olstream.__main__", 6),
 )

@@ -1,0 +1,128 @@
+"""`olstream errors list | show`: the error topics, summed up and read (`olstream.operations.error_records`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from olstream.cli.commands import resolve_unless_printed
+from olstream.operations.error_records import ERROR_TOPICS, Selection, describe, format_ms, read_topics, summarize
+from olstream.infra.settings import STATUS
+from olstream.shared.config import add_flags, add_print_config
+from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
+from olstream.shared.kafka_admin import check_connection
+from olstream.shared.kafka_settings import connection_of
+from olstream.shared.logs import setup_logging
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    p = subparsers.add_parser("errors", help="the error topics: list reasons, show records (reads only)")
+    actions = p.add_subparsers(dest="errors_command", metavar="ACTION", required=True)
+    lst = actions.add_parser("list", help="reason x records x first and last time, per error topic")
+    show = actions.add_parser("show", help="print selected records of one error topic, headers decoded")
+    for q in (lst, show):
+        add_flags(q, STATUS)
+        add_print_config(q)
+    lst.add_argument(
+        "--topic",
+        action="append",
+        default=None,
+        help=f"error topic (repeatable; default: {', '.join(ERROR_TOPICS)})",
+    )
+    lst.set_defaults(func=_run_list)
+    show.add_argument("topic", help="the error topic")
+    show.add_argument("--reason", default=None, help="only records with this olstream.error reason")
+    show.add_argument("--partition", type=int, default=None, help="only this partition")
+    show.add_argument("--from-offset", type=int, default=None, help="only offsets from this one")
+    show.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
+    show.add_argument("--limit", type=int, default=20, help="print at most this many records [20]")
+    show.add_argument(
+        "--raw",
+        type=Path,
+        default=None,
+        help="write the payload of the one selected record, unescaped, to this file",
+    )
+    show.set_defaults(func=_run_show)
+
+
+def _read(args: argparse.Namespace, names: list[str]) -> list[Any] | int:
+    r = resolve_unless_printed(f"errors {args.errors_command}", STATUS, args)
+    if r is None:
+        return []
+    setup_logging("text", "WARNING")
+    what = f"olstream errors {args.errors_command}"
+    try:
+        kafka = connection_of(r)
+        check_connection(kafka, r["timeout"])
+        return read_topics(kafka, names, r["timeout"])
+    except KafkaAuthError as e:
+        print(f"{what}: {e}", file=sys.stderr)
+        return ExitCode.KAFKA_REFUSED
+    except OlstreamError as e:  # a missing topic, a broker that does not answer
+        print(f"{what}: {e}", file=sys.stderr)
+        return ExitCode.CONFIG
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = list(args.topic or ERROR_TOPICS)
+    records = _read(args, names)
+    if isinstance(records, int):
+        return records
+    if args.print_config:
+        return ExitCode.OK
+    rows = summarize(records)
+    table = Table(title="error records (message times: when each was produced)")
+    for column in ("topic", "reason", "records", "first", "last", "not re-drivable from copy"):
+        table.add_column(
+            column, justify="right" if column in ("records", "not re-drivable from copy") else "left"
+        )
+    for name in names:
+        mine = [row for row in rows if row.topic == name]
+        if not mine:
+            table.add_row(name, "(empty)", "0", "-", "-", "0")
+        for row in mine:
+            table.add_row(
+                row.topic,
+                row.reason,
+                f"{row.records:,}",
+                format_ms(row.first_ms),
+                format_ms(row.last_ms),
+                f"{row.not_from_copy:,}",
+            )
+    Console(width=None if sys.stdout.isatty() else 240).print(table)  # a pipe gets whole cells
+    return ExitCode.OK
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        print("olstream errors show: --limit must be at least 1", file=sys.stderr)
+        return ExitCode.CONFIG
+    records = _read(args, [args.topic])
+    if isinstance(records, int):
+        return records
+    if args.print_config:
+        return ExitCode.OK
+    selection = Selection(args.reason, args.partition, args.from_offset, args.to_offset)
+    chosen = [r for r in records if selection.matches(r)]
+    if not chosen:
+        print(f"olstream errors show: no record of {args.topic} matches the selection", file=sys.stderr)
+        return ExitCode.CONFIG
+    if args.raw is not None:
+        if len(chosen) != 1:
+            print(
+                f"olstream errors show: --raw writes one record's payload; {len(chosen)} match "
+                "(select one with --partition and --from-offset/--to-offset)",
+                file=sys.stderr,
+            )
+            return ExitCode.CONFIG
+        args.raw.write_bytes(chosen[0].value)
+    for record in chosen[: args.limit]:
+        print("\n".join(describe(record)))
+    if len(chosen) > args.limit:
+        print(f"({len(chosen) - args.limit} more records match; raise --limit to see them)")
+    return ExitCode.OK

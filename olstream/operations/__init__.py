@@ -1,0 +1,1 @@
+"""Operating a running pipeline: error records, replays, one run explained."""
