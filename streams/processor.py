@@ -124,13 +124,21 @@ def parent_resolver(
 
 
 def apply(
-    record: Record, cfg: MappingConfig, lookup: st.Lookup, home: int, parents: st.Lookup | None = None
+    record: Record,
+    cfg: MappingConfig,
+    lookup: st.Lookup,
+    home: int,
+    parents: st.Lookup | None = None,
+    *,
+    redriven: bool = False,
 ) -> Step:
     """Apply one record; raises StreamInputError for input that cannot be applied.
 
     `lookup` reads the table by state key (`state.state_key`); the step's `write` goes under `key`.
     `parents` finds a starting run's parent and root by engine run id (the run directory, for a
     record with heads); without it, only among the runs of the record's own log partition.
+    `redriven`: a refused record sent again (`olstream errors redrive`); a declaration below the
+    state's last offset is then new unless it is the one that added its dataset (`state.declare`).
     """
     rid = record.engine_run_id
     key = st.state_key(record.partition, rid)
@@ -166,7 +174,7 @@ def apply(
     if isinstance(record, DatasetDeclared):
         if current is None:
             raise _unknown(record, "dataset declaration")
-        declared = st.declare(current, record)
+        declared = st.declare(current, record, redriven=redriven)
         if not cfg.running_events:
             return Step(key, write=declared, replay=declared is None)
         if declared is None:

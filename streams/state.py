@@ -333,14 +333,15 @@ def _replayed(state: RunState, record: DatasetDeclared | RunEnded) -> bool:
     return record.offset <= state.last_offset
 
 
-def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
+def declare(state: RunState, record: DatasetDeclared, *, redriven: bool = False) -> RunState | None:
     """The state with the dataset added, or None for a replay or a repeat of a declared dataset.
 
     After the run's end, any declaration not applied before (a new dataset, or a declared one again,
     whatever its version) is refused as `declaration_after_end`: it can no longer reach the run's
-    events, and it must not vanish silently.
+    events, and it must not vanish silently. A `redriven` declaration (refused once, sent again)
+    below the last offset is a replay only when it is the one that added its dataset.
     """
-    if _replayed(state, record):
+    if _replayed(state, record) and (not redriven or added_by(state, record) is not None):
         return None
     current = state.inputs if record.direction is Direction.INPUT else state.outputs
     try:
@@ -359,9 +360,10 @@ def declare(state: RunState, record: DatasetDeclared) -> RunState | None:
             record.offset,
         )
     added = (*current, DatasetRef(namespace, record.dataset_name, record.version, record.offset))
+    last = max(state.last_offset, record.offset)  # a re-driven declaration may lie below it
     if record.direction is Direction.INPUT:
-        return state.evolve(inputs=added, last_offset=record.offset)
-    return state.evolve(outputs=added, last_offset=record.offset)
+        return state.evolve(inputs=added, last_offset=last)
+    return state.evolve(outputs=added, last_offset=last)
 
 
 def added_by(state: RunState, record: DatasetDeclared) -> DatasetRef | None:
@@ -396,4 +398,4 @@ def end(state: RunState, record: RunEnded) -> RunState | None:
         stack_trace=None if err is None else err.stack_trace,
         position=(record.partition, record.offset),
     )
-    return state.evolve(end=finished, last_offset=record.offset)
+    return state.evolve(end=finished, last_offset=max(state.last_offset, record.offset))

@@ -52,6 +52,7 @@ class PendingEvent:
     run: str | None = None  # the event's runId (`run_of`)
     terminal: Terminal | None = None  # set for a terminal event (`job_versions.terminal_of`)
     repeat: bool = False  # a repeat of a delivered terminal event (`LatestTerminals`), not a record
+    redrive: tuple[tuple[str, bytes], ...] = ()  # its `olstream errors redrive` headers, if re-driven
 
     @property
     def order_key(self) -> Hashable:

@@ -157,8 +157,11 @@ class Sink(LagGauge, Repeats):
         value = message.value() or b""
         headers = message.headers()
         run = run_of(wire.header_value(headers, wire.HEADER_RUN_ID), value)
+        redrive = tuple(
+            (name, raw) for name in deadletter.REDRIVE_HEADERS if (raw := wire.header_value(headers, name))
+        )
         event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run,
-                             terminal_of_message(run, headers, value))  # fmt: skip
+                             terminal_of_message(run, headers, value), redrive=redrive)  # fmt: skip
         tracker.add(offset)
         self.positions[tp] = offset + 1
         self.starts.setdefault(tp, offset)
@@ -323,6 +326,7 @@ class Sink(LagGauge, Repeats):
             # the answer as given, but never a credential it echoes (the URL, its user info, the key)
             (deadletter.HTTP_RESPONSE, redact(result.detail).encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
             *deadletter.origin_headers(event.topic, event.partition, event.offset),
+            *event.redrive,  # a re-driven event that failed again keeps its attempt count
         ]
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:

@@ -1,15 +1,27 @@
-"""`olstream errors list | show`: the error topics, summed up and read (`olstream.operations.error_records`)."""
+"""`olstream errors list | show | redrive`: the error topics, summed up, read and sent again
+(`olstream.operations.error_records`, `olstream.operations.redrive`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
-from olstream.operations.error_records import ERROR_TOPICS, Selection, describe, format_ms, read_topics, summarize
 from olstream.infra.settings import STATUS
+from olstream.operations import redrive
+from olstream.operations.error_records import (
+    ERROR_TOPICS,
+    Selection,
+    describe,
+    format_ms,
+    read_topic,
+    read_topics,
+    summarize,
+)
+from olstream.operations.redrive import DEFAULT_MAX_ATTEMPTS
 from olstream.shared.config import add_flags, add_print_config
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
@@ -18,7 +30,7 @@ from olstream.shared.logs import setup_logging
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    p = subparsers.add_parser("errors", help="the error topics: list reasons, show records (reads only)")
+    p = subparsers.add_parser("errors", help="the error topics: list reasons, show records, re-drive them")
     actions = p.add_subparsers(dest="errors_command", metavar="ACTION", required=True)
     lst = actions.add_parser("list", help="reason x records x first and last time, per error topic")
     show = actions.add_parser("show", help="print selected records of one error topic, headers decoded")
@@ -33,10 +45,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     lst.set_defaults(func=_run_list)
     show.add_argument("topic", help="the error topic")
-    show.add_argument("--reason", default=None, help="only records with this olstream.error reason")
-    show.add_argument("--partition", type=int, default=None, help="only this partition")
-    show.add_argument("--from-offset", type=int, default=None, help="only offsets from this one")
-    show.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
+    _add_selection(show)
     show.add_argument("--limit", type=int, default=20, help="print at most this many records [20]")
     show.add_argument(
         "--raw",
@@ -45,6 +54,33 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="write the payload of the one selected record, unescaped, to this file",
     )
     show.set_defaults(func=_run_show)
+    redrive = actions.add_parser(
+        "redrive", help="send selected error records through the pipeline again, after a fix"
+    )
+    add_flags(redrive, STATUS)
+    add_print_config(redrive)
+    redrive.add_argument("topic", help="the error topic (a sink DLQ or the worker's errors topic)")
+    _add_selection(redrive)
+    redrive.add_argument(
+        "--max-attempts",
+        type=int,
+        default=DEFAULT_MAX_ATTEMPTS,
+        help=f"leave records re-driven this many times already [{DEFAULT_MAX_ATTEMPTS}]",
+    )
+    redrive.add_argument(
+        "--to-topic",
+        default=None,
+        help="send to this topic (same partition) instead of the one each record came from",
+    )
+    redrive.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    redrive.set_defaults(func=_run_redrive)
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", default=None, help="only records with this olstream.error reason")
+    p.add_argument("--partition", type=int, default=None, help="only this partition")
+    p.add_argument("--from-offset", type=int, default=None, help="only offsets from this one")
+    p.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
 
 
 def _read(args: argparse.Namespace, names: list[str]) -> list[Any] | int:
@@ -63,6 +99,10 @@ def _read(args: argparse.Namespace, names: list[str]) -> list[Any] | int:
     except OlstreamError as e:  # a missing topic, a broker that does not answer
         print(f"{what}: {e}", file=sys.stderr)
         return ExitCode.CONFIG
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection(args.reason, args.partition, args.from_offset, args.to_offset)
 
 
 def _run_list(args: argparse.Namespace) -> int:
@@ -107,7 +147,7 @@ def _run_show(args: argparse.Namespace) -> int:
         return records
     if args.print_config:
         return ExitCode.OK
-    selection = Selection(args.reason, args.partition, args.from_offset, args.to_offset)
+    selection = _selection(args)
     chosen = [r for r in records if selection.matches(r)]
     if not chosen:
         print(f"olstream errors show: no record of {args.topic} matches the selection", file=sys.stderr)
@@ -125,4 +165,57 @@ def _run_show(args: argparse.Namespace) -> int:
         print("\n".join(describe(record)))
     if len(chosen) > args.limit:
         print(f"({len(chosen) - args.limit} more records match; raise --limit to see them)")
+    return ExitCode.OK
+
+
+def _run_redrive(args: argparse.Namespace) -> int:
+    what = "olstream errors redrive"
+    if args.max_attempts < 1:
+        print(f"{what}: --max-attempts must be at least 1", file=sys.stderr)
+        return ExitCode.CONFIG
+    records = _read(args, [args.topic])
+    if isinstance(records, int):
+        return records
+    if args.print_config:
+        return ExitCode.OK
+    selection = _selection(args)
+    chosen = [r for r in records if selection.matches(r)]
+    if not chosen:
+        print(f"{what}: no record of {args.topic} matches the selection", file=sys.stderr)
+        return ExitCode.CONFIG
+    r = resolve_unless_printed("errors redrive", STATUS, args)
+    assert r is not None
+    kafka = connection_of(r)
+    the_plan = redrive.plan(chosen, args.max_attempts, args.to_topic)
+    try:
+        wanted: dict[str, dict[int, int]] = {}
+        for want in the_plan.terminals_wanted:
+            starts = wanted.setdefault(want.origin.topic, {})
+            starts[want.origin.partition] = min(
+                starts.get(want.origin.partition, want.origin.offset + 1), want.origin.offset + 1
+            )
+        lineage = [
+            e for name, starts in wanted.items() for e in read_topic(kafka, name, r["timeout"], starts)
+        ]
+        terminals = redrive.add_terminals(the_plan, lineage, args.to_topic)
+        for why, n in sorted(the_plan.skipped_by_reason().items()):
+            print(f"left {n:,}: {why}")
+        if not the_plan.sends:
+            print(f"{what}: none of the {len(chosen):,} selected records can be re-driven", file=sys.stderr)
+            return ExitCode.CONFIG
+        targets = Counter((s.topic, s.partition) for s in the_plan.sends)
+        where = ", ".join(f"{t}[{p}] {n:,}" for (t, p), n in sorted(targets.items()))
+        verb = "would re-drive" if args.dry_run else "re-drove"
+        print(
+            f"{verb} {len(the_plan.sends) - terminals:,} of {len(chosen):,} selected records of {args.topic}"
+            f" (and {terminals:,} runs' terminal events after them) to {where}"
+        )
+        if not args.dry_run:
+            redrive.send(kafka, the_plan.sends, r["timeout"])
+    except KafkaAuthError as e:
+        print(f"{what}: {e}", file=sys.stderr)
+        return ExitCode.KAFKA_REFUSED
+    except OlstreamError as e:
+        print(f"{what}: {e}", file=sys.stderr)
+        return ExitCode.CONFIG
     return ExitCode.OK

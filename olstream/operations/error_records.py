@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,7 @@ class ErrorRecord:
     timestamp_ms: int  # the message's timestamp (produce time); 0 when it has none
     value: bytes
     headers: tuple[tuple[str, bytes | None], ...]
+    key: bytes | None = None
 
     def header(self, name: str) -> bytes | None:
         for key, value in self.headers:
@@ -150,6 +151,8 @@ class Selection:
     partition: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None  # inclusive
+    since_ms: int | None = None  # message timestamps (produce time), inclusive
+    until_ms: int | None = None  # exclusive
 
     def matches(self, record: ErrorRecord) -> bool:
         return (
@@ -157,12 +160,17 @@ class Selection:
             and (self.partition is None or record.partition == self.partition)
             and (self.from_offset is None or record.offset >= self.from_offset)
             and (self.to_offset is None or record.offset <= self.to_offset)
+            and (self.since_ms is None or record.timestamp_ms >= self.since_ms)
+            and (self.until_ms is None or record.timestamp_ms < self.until_ms)
         )
 
 
-def read_topic(kafka: Kafka, topic: str, timeout: float) -> list[ErrorRecord]:
-    """Every record of `topic` up to its end offsets when the read started; a missing topic is
-    `ConfigError`. No group is joined and nothing is committed."""
+def read_topic(
+    kafka: Kafka, topic: str, timeout: float, from_offsets: Mapping[int, int] | None = None
+) -> list[ErrorRecord]:
+    """Every record of `topic` up to its end offsets when the read started (with `from_offsets`:
+    only those partitions, from those offsets); a missing topic is `ConfigError`. No group is
+    joined and nothing is committed."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     partitions = topic_partitions(kafka, topic, timeout)
@@ -178,11 +186,12 @@ def read_topic(kafka: Kafka, topic: str, timeout: float) -> list[ErrorRecord]:
     try:
         ends: dict[int, int] = {}
         assign: list[TopicPartition] = []
-        for p in range(partitions):
+        for p in range(partitions) if from_offsets is None else sorted(from_offsets):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout, cached=False)
-            if high > low:
+            start = low if from_offsets is None else max(low, from_offsets[p])
+            if high > start:
                 ends[p] = high
-                assign.append(TopicPartition(topic, p, low))
+                assign.append(TopicPartition(topic, p, start))
         records: list[ErrorRecord] = []
         if not assign:
             return records
@@ -205,7 +214,10 @@ def read_topic(kafka: Kafka, topic: str, timeout: float) -> list[ErrorRecord]:
                     continue
                 _, ts = msg.timestamp()
                 records.append(
-                    ErrorRecord(topic, part, offset, max(ts, 0), msg.value() or b"", _headers(msg.headers()))
+                    ErrorRecord(
+                        topic, part, offset, max(ts, 0), msg.value() or b"",
+                        _headers(msg.headers()), msg.key(),
+                    )
                 )
                 if offset + 1 >= end:
                     del ends[part]

@@ -11,6 +11,12 @@ topic and the sink's DLQ all say why and from where with these names.
   payload whose copy was cut to its first `COPY_LIMIT` bytes (`bounded_copy`): a row or an event
   that was `too_large`, or any failed message above the limit.
 
+- `olstream.redrive.attempt` (any re-driven message): how many times `olstream errors redrive` has
+  sent it through again (1 the first time). The worker and the sink copy it to their error topic
+  when the message fails again, so the next redrive counts on and stops at `--max-attempts`.
+- `olstream.redriven.from` (any re-driven message): the error record it was sent again from
+  (`topic[partition]@offset`).
+
 The records headers of the contract (`olstream.contract.wire`: partition, offset, type, fingerprint) are
 copied along when the failed message had them, so a record is always named by its place in
 the event log.
@@ -42,6 +48,10 @@ DIGEST = "olstream.error.sha256"
 COPY_LIMIT = 65_536
 """Bytes of a failed payload copied to an errors topic or DLQ; a larger one is cut (`bounded_copy`)."""
 
+REDRIVE_ATTEMPT = "olstream.redrive.attempt"
+REDRIVEN_FROM = "olstream.redriven.from"
+REDRIVE_HEADERS = (REDRIVE_ATTEMPT, REDRIVEN_FROM)
+
 Headers = list[tuple[str, str | bytes | None]]
 
 
@@ -66,3 +76,11 @@ def origin_headers(topic: str, partition: int, offset: int) -> Headers:
         (SOURCE_PARTITION, str(partition).encode()),
         (SOURCE_OFFSET, str(offset).encode()),
     ]
+
+
+def redrive_attempt(raw: bytes | str | None) -> int:
+    """The attempt count of `olstream.redrive.attempt` (0: never re-driven, or unreadable)."""
+    if raw is None:
+        return 0
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    return int(text) if text.isdigit() else 0

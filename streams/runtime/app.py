@@ -70,6 +70,11 @@ JOB_PATH_TOO_LONG = Counter(
     "olstream_stream_job_path_too_long_total",
     "Child runs whose hierarchical job path would exceed the limit: named by a new path, no parent edge",
 )
+REDRIVEN = Counter(
+    "olstream_stream_redriven_records_total",
+    "Error records sent again by olstream errors redrive (olstream.redrive.attempt): processed as new, "
+    "past the marks",
+)
 REPLAYS = Counter(
     "olstream_stream_replayed_records_total", "Records that re-emitted or changed nothing (replays)"
 )

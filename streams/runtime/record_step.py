@@ -21,6 +21,7 @@ from typing import Any
 from olstream.contract import codec, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
 from olstream.contract.records import Record, RunEnded, RunStarted
+from olstream.shared import deadletter
 from olstream.shared.errors import DecodeError
 from olstream.streams import state as st
 from olstream.streams.log_marks import Verdict
@@ -77,6 +78,12 @@ class RecordStep:
         if log_partition is None or log_offset is None:  # no position in its headers: no mark to judge by
             self.handle_record(event, log_partition, log_offset, log_offsets, child)
             return
+        if wire.header_value(headers, deadletter.REDRIVE_ATTEMPT) is not None:
+            # an error record sent again by `olstream errors redrive`: the mark covers its position
+            # (it was refused), so it passes the mark, is processed as new, and moves no mark
+            m.REDRIVEN.inc()
+            self.handle_record(event, log_partition, log_offset, log_offsets, child, redriven=True)
+            return
         if self.table.judge_mark(msg.partition, log_partition, log_offset) is Verdict.DUPLICATE:
             return
         self.handle_record(event, log_partition, log_offset, log_offsets, child)
@@ -90,6 +97,7 @@ class RecordStep:
         log_offset: int | None,
         log_offsets: dict[int, int],
         child: WaitedChild | None,
+        redriven: bool = False,
     ) -> None:
         msg = event.message
         record: Record
@@ -110,7 +118,7 @@ class RecordStep:
             log_offsets[record.partition] = record.offset
         self.table.evict(record.partition, epoch_millis(record.append_time), event)
         try:
-            step = apply(record, self.cfg, self.table.lookup, msg.partition, parents)
+            step = apply(record, self.cfg, self.table.lookup, msg.partition, parents, redriven=redriven)
         except StreamInputError as e:
             self.errors.reject(event, e.reason, str(e))
             return

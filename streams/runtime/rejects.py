@@ -78,7 +78,7 @@ class ErrorRecords:
             *deadletter.origin_headers(msg.topic, msg.partition, msg.offset),
             *whole,
         ]
-        for name in wire.RECORD_HEADERS:
+        for name in (*wire.RECORD_HEADERS, *deadletter.REDRIVE_HEADERS):  # a re-driven record's count goes on
             raw = wire.header_value(msg.headers, name)
             if raw is not None:
                 headers.append((name, raw))

@@ -135,3 +135,24 @@ def test_evolve_copies_every_field() -> None:
     assert s.evolve(outputs=added) == replace(s, outputs=added)
     assert s.evolve(end=other_end) == replace(s, end=other_end)
     assert s.evolve(last_offset=10) == replace(s, last_offset=10)
+
+
+def test_a_redriven_declaration_below_the_last_offset_is_applied_and_moves_no_offset_back() -> None:
+    table: dict[str, RunState] = {}
+    for r in (started(offset=0), declared(name="y", offset=5)):  # the declaration at offset 2 was refused
+        step = apply(r, MappingConfig(), table.get, home=4)
+        assert step.write is not None
+        table[step.key] = step.write
+    refused = declared(name="x", offset=2)
+    as_replay = apply(refused, MappingConfig(), table.get, home=4)
+    assert as_replay.write is None and as_replay.replay  # below the last offset: taken as applied before
+    redriven = apply(refused, MappingConfig(), table.get, home=4, redriven=True)
+    assert redriven.write is not None and not redriven.replay
+    assert [d.name for d in redriven.write.inputs] == ["y", "x"]
+    assert redriven.write.last_offset == 5
+    table[redriven.key] = redriven.write
+    # re-driven again after that state was stored: the declaration that added "x" is a replay
+    again = apply(refused, MappingConfig(), table.get, home=4, redriven=True)
+    assert again.write is None and again.replay
+    end = apply(ended(offset=3), MappingConfig(), table.get, home=4, redriven=True)
+    assert end.write is not None and end.write.last_offset == 5 and end.write.end is not None

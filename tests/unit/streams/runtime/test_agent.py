@@ -454,10 +454,10 @@ def test_an_unexpected_exception_on_a_record_exits_before_anything_is_committed(
     rig.take()
     real_apply = record_step.apply
 
-    def failing(record: Record, *args: Any) -> Any:
+    def failing(record: Record, *args: Any, **kwargs: Any) -> Any:
         if record.engine_run_id == "r2":
             raise RuntimeError("injected")
-        return real_apply(record, *args)
+        return real_apply(record, *args, **kwargs)
 
     monkeypatch.setattr(record_step, "apply", failing)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
