@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
-from olstream.infra.settings import STATUS
-from olstream.operations import redrive
+from olstream.infra.settings import ERRORS_REDRIVE, STATUS
 from olstream.operations.error_records import (
     ERROR_TOPICS,
     Selection,
     describe,
     format_ms,
-    read_topic,
     read_topics,
     summarize,
 )
 from olstream.operations.redrive import DEFAULT_MAX_ATTEMPTS
-from olstream.shared.config import add_flags, add_print_config
+from olstream.operations.redrive_run import RedriveRequest, run_redrive
+from olstream.shared.config import Setting, add_flags, add_print_config
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
@@ -57,9 +55,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     redrive = actions.add_parser(
         "redrive", help="send selected error records through the pipeline again, after a fix"
     )
-    add_flags(redrive, STATUS)
+    add_flags(redrive, ERRORS_REDRIVE)
     add_print_config(redrive)
-    redrive.add_argument("topic", help="the error topic (a sink DLQ or the worker's errors topic)")
+    redrive.add_argument(
+        "topic", help="the error topic (the sink's DLQ, the worker's or the source's errors topic)"
+    )
     _add_selection(redrive)
     redrive.add_argument(
         "--max-attempts",
@@ -83,8 +83,10 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
 
 
-def _read(args: argparse.Namespace, names: list[str]) -> list[Any] | int:
-    r = resolve_unless_printed(f"errors {args.errors_command}", STATUS, args)
+def _read(
+    args: argparse.Namespace, names: list[str], settings: tuple[Setting, ...] = STATUS
+) -> list[Any] | int:
+    r = resolve_unless_printed(f"errors {args.errors_command}", settings, args)
     if r is None:
         return []
     setup_logging("text", "WARNING")
@@ -173,7 +175,7 @@ def _run_redrive(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         print(f"{what}: --max-attempts must be at least 1", file=sys.stderr)
         return ExitCode.CONFIG
-    records = _read(args, [args.topic])
+    records = _read(args, [args.topic], ERRORS_REDRIVE)
     if isinstance(records, int):
         return records
     if args.print_config:
@@ -183,39 +185,22 @@ def _run_redrive(args: argparse.Namespace) -> int:
     if not chosen:
         print(f"{what}: no record of {args.topic} matches the selection", file=sys.stderr)
         return ExitCode.CONFIG
-    r = resolve_unless_printed("errors redrive", STATUS, args)
+    r = resolve_unless_printed("errors redrive", ERRORS_REDRIVE, args)
     assert r is not None
-    kafka = connection_of(r)
-    the_plan = redrive.plan(chosen, args.max_attempts, args.to_topic)
+    request = RedriveRequest(
+        args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["timeout"]
+    )
     try:
-        wanted: dict[str, dict[int, int]] = {}
-        for want in the_plan.terminals_wanted:
-            starts = wanted.setdefault(want.origin.topic, {})
-            starts[want.origin.partition] = min(
-                starts.get(want.origin.partition, want.origin.offset + 1), want.origin.offset + 1
-            )
-        lineage = [
-            e for name, starts in wanted.items() for e in read_topic(kafka, name, r["timeout"], starts)
-        ]
-        terminals = redrive.add_terminals(the_plan, lineage, args.to_topic)
-        for why, n in sorted(the_plan.skipped_by_reason().items()):
-            print(f"left {n:,}: {why}")
-        if not the_plan.sends:
-            print(f"{what}: none of the {len(chosen):,} selected records can be re-driven", file=sys.stderr)
-            return ExitCode.CONFIG
-        targets = Counter((s.topic, s.partition) for s in the_plan.sends)
-        where = ", ".join(f"{t}[{p}] {n:,}" for (t, p), n in sorted(targets.items()))
-        verb = "would re-drive" if args.dry_run else "re-drove"
-        print(
-            f"{verb} {len(the_plan.sends) - terminals:,} of {len(chosen):,} selected records of {args.topic}"
-            f" (and {terminals:,} runs' terminal events after them) to {where}"
-        )
-        if not args.dry_run:
-            redrive.send(kafka, the_plan.sends, r["timeout"])
+        report = run_redrive(connection_of(r), chosen, request)
     except KafkaAuthError as e:
         print(f"{what}: {e}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
     except OlstreamError as e:
         print(f"{what}: {e}", file=sys.stderr)
+        return ExitCode.CONFIG
+    for line in report.lines:
+        print(line)
+    if report.sent == 0 and not args.dry_run:
+        print(f"{what}: none of the {len(chosen):,} selected records can be re-driven", file=sys.stderr)
         return ExitCode.CONFIG
     return ExitCode.OK

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from olstream.eventlog.settings import LOG_URL
 from olstream.infra import marquez, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
@@ -134,6 +135,8 @@ DEMO = (
 )
 
 STATUS = (BOOTSTRAP, *KAFKA_CLIENT_SETTINGS, _timeout(10.0, "seconds to wait for the broker"))
+ERRORS_REDRIVE = (*STATUS, LOG_URL)
+"""`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
 
 
 def local_postgres(environ: Mapping[str, str]) -> postgres.PostgresSettings:

@@ -11,8 +11,11 @@ What a record is, and where it goes, is read from its headers (`olstream.shared.
   topic partition it came from, keeping its key and its log position headers. The worker processes
   a record that carries `olstream.redrive.attempt` as new: past its log partition's mark (which
   covers the refused position), moving no mark (`streams/runtime/record_step.py`).
-- a **source** error row (neither): not re-driven; its row is re-read from the event log by its
-  position (`olstream errors show` prints it), which this command does not do.
+- a **source** error row (neither): its row is re-read from the event log at its position and
+  checked as the source checks it (`plan_rows`): a row that passes now (a newer olstream knows its
+  writer schema, say) goes to the records topic where its placement puts it, as the source sends it
+  (without heads); the worker takes it past its mark like a worker record. One that fails again
+  goes back to the source's errors topic, counted.
 
 Every re-driven message carries `olstream.redrive.attempt` (its previous count + 1) and
 `olstream.redriven.from`; the worker and the sink copy them when it fails again, so a record stops
@@ -25,11 +28,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from olstream.connectors.source.rowcheck import RowChecker
 from olstream.contract import wire
+from olstream.contract.placement import Placement
+from olstream.eventlog.store import StoredRow
 from olstream.operations.error_records import ErrorRecord
 from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
@@ -90,7 +96,7 @@ def skip_reason(record: ErrorRecord, max_attempts: int) -> str | None:
     """Why `record` is not re-driven, or None."""
     kind = kind_of(record)
     if kind is Kind.SOURCE:
-        return "source row: re-read it from the event log at its position"
+        return "source row: re-read from the event log (--log)"
     if record.copy_cut:
         return "copy cut to 64 KiB: re-read it from the event log at its position"
     if record.reason == deadletter.TOO_LARGE:
@@ -144,6 +150,7 @@ class Plan:
 
     sends: list[Resend] = field(default_factory=list)
     skipped: list[tuple[ErrorRecord, str]] = field(default_factory=list)
+    failed_again: list[Resend] = field(default_factory=list)  # source rows failing again: their errors topic
     terminals_wanted: list[TerminalWanted] = field(default_factory=list)
 
     def skipped_by_reason(self) -> Counter[str]:
@@ -226,6 +233,79 @@ def add_terminals(p: Plan, lineage: Sequence[ErrorRecord], to_topic: str | None 
         )
         added += 1
     return added
+
+
+def source_position(record: ErrorRecord) -> tuple[int, int] | None:
+    """The event log position a source error record names (its record headers)."""
+    partition, offset = record.header(wire.HEADER_PARTITION), record.header(wire.HEADER_OFFSET)
+    if partition is None or offset is None or not partition.isdigit() or not offset.isdigit():
+        return None
+    return int(partition), int(offset)
+
+
+def plan_rows(
+    records: Iterable[ErrorRecord],
+    read_row: Callable[[int, int], StoredRow | None],
+    checker: RowChecker,
+    placement: Placement,
+    records_topic: str,
+    max_attempts: int,
+) -> Plan:
+    """Source error rows re-read from the event log at their positions and checked as the source
+    checks them: a row that passes now goes to the records topic, where the placement puts its log
+    partition, keyed and with headers as the source sends it; one that fails again goes back to its
+    errors topic with its attempt count. Positions in log order."""
+    out = Plan()
+    chosen: list[tuple[tuple[int, int], ErrorRecord]] = []
+    for record in records:
+        position = source_position(record)
+        attempt = deadletter.redrive_attempt(record.header(deadletter.REDRIVE_ATTEMPT))
+        if position is None:
+            out.skipped.append((record, "source row without its event log position"))
+        elif attempt >= max_attempts:
+            out.skipped.append((record, f"re-driven {max_attempts} times already (--max-attempts)"))
+        else:
+            chosen.append((position, record))
+    for (partition, offset), record in sorted(chosen, key=lambda pair: pair[0]):
+        row = read_row(partition, offset)
+        if row is None:
+            out.skipped.append((record, "its row is not in the event log (gone, or another log)"))
+            continue
+        redriven = _redrive_headers(record)
+        checked = checker.headers_for(row)
+        if isinstance(checked, str):
+            copy, whole = deadletter.bounded_copy(row.payload)
+            headers = [*checker.error_headers(row, checked), *whole]
+            out.failed_again.append(
+                Resend(
+                    record.topic,
+                    record.partition,
+                    wire.message_key(partition),
+                    copy,
+                    (*_bytes_headers(headers), *redriven),
+                    f"{record.topic}[{record.partition}]@{record.offset}",
+                )
+            )
+            continue
+        out.sends.append(
+            Resend(
+                records_topic,
+                placement.kafka_partition(partition),
+                wire.message_key(partition),
+                row.payload,
+                (*_bytes_headers(checked), *redriven),
+                f"{record.topic}[{record.partition}]@{record.offset}",
+            )
+        )
+    return out
+
+
+def _bytes_headers(headers: Iterable[tuple[str, str | bytes | None]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple(
+        (name, value.encode() if isinstance(value, str) else value)
+        for name, value in headers
+        if value is not None
+    )
 
 
 def send(kafka: Kafka, sends: Sequence[Resend], timeout: float) -> None:

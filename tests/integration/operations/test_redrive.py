@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from olstream.contract import codec
 from olstream.contract.records import Record
+from olstream.eventlog.stores import open_store
 from olstream.shared import deadletter
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.receiver import Receiver, Reply, Request
 from tests.support.sink_events import identity, make_events, produce
 from tests.support.sink_harness import read_topic, run_sink
+from tests.support.source_support import run_source
 from tests.support.stream_records import declared, ended, started
 from tests.support.stream_support import (
     consume_all,
+    env,
     produce_records,
     run_until_idle,
     worker_cmd,
@@ -158,3 +162,45 @@ def test_a_worker_errors_redrive_processes_the_refused_records_again_once_the_ca
     run_until_idle(args, tmp_path / "again.log")
     repeated = consume_all(kafka_bootstrap, out, idle=0.5)[len(first) + len(events) :]
     assert [e.value for e in repeated] in ([], [events[1].value]), [e.value[:200] for e in repeated]
+
+
+def test_a_source_row_refused_once_is_re_read_from_the_event_log_and_its_run_restored(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str, tmp_path: Path
+) -> None:
+    """The source refused a RunStarted row; the worker then refused the run's later records as
+    `unknown_run`. Re-driving the source's row (re-read from the log) and then the worker's records
+    gives the run its START and terminal event."""
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    records = _records("rows")
+    store = open_store(log_url, partitions=1, create=True)
+    try:
+        store.append_many([(0, codec.offset_encoder(r)) for r in records])
+    finally:
+        store.close()
+    topic = make_topic(1)
+    errors = f"{topic}.errors"
+    out, worker_errors = make_topic(1), make_topic(1)
+    refused_start = next(r for r in records if r.engine_run_id == "rows-1")
+    source = [sys.executable, "-m", "tests.support.faulty_source", f"0:{refused_start.offset}"]
+    done = run_source(source, env(), log_url, topic)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(consume_all(kafka_bootstrap, errors, idle=0.5)) == 1
+    args = worker_cmd(kafka_bootstrap, unique_group, tmp_path / "data", topic, out, worker_errors)
+    run_until_idle(args, tmp_path / "w1.log")
+    first = consume_all(kafka_bootstrap, out, idle=0.5)
+    assert len(consume_all(kafka_bootstrap, worker_errors, idle=0.5)) == 2  # its dataset and its end
+
+    without_log = olstream(kafka_bootstrap, "errors", "redrive", errors)
+    assert without_log.returncode == 2 and "give --log" in without_log.stdout, without_log.stdout
+    rows = olstream(kafka_bootstrap, "errors", "redrive", errors, "--log", log_url)
+    assert rows.returncode == 0, rows.stderr
+    assert f"re-drove 1 of 1 selected records of {errors}" in rows.stdout, rows.stdout
+    rest = olstream(kafka_bootstrap, "errors", "redrive", worker_errors)
+    assert rest.returncode == 0, rest.stderr
+    run_until_idle(args, tmp_path / "w2.log")
+    docs = [json.loads(e.value) for e in consume_all(kafka_bootstrap, out, idle=0.5)[len(first) :]]
+    assert [(d["run"]["facets"]["workflow"]["engineRunId"], d["eventType"]) for d in docs] == [
+        ("rows-1", "START"),
+        ("rows-1", "COMPLETE"),
+    ]
+    assert [i["name"] for i in docs[1]["inputs"]] == ["db.t1"]

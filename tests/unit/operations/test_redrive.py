@@ -114,7 +114,7 @@ def test_cut_copies_too_large_source_rows_and_spent_attempts_are_left_with_why()
     assert why == {
         "copy cut to 64 KiB: re-read it from the event log at its position": 1,
         "too_large: re-read it from the event log at its position": 1,
-        "source row: re-read it from the event log at its position": 1,
+        "source row: re-read from the event log (--log)": 1,
         "re-driven 3 times already (--max-attempts)": 1,
     }
 
