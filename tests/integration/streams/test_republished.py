@@ -89,6 +89,7 @@ class Evicted:
     out: str
     err: str
     first: list[Record]
+    later: list[Record]  # runs published after `first`, so that its finished runs are evicted
     offsets: dict[int, int]
     follower: Follower
     port: int
@@ -130,13 +131,14 @@ def finish_and_evict(
         "--retention", RETENTION, "--session-timeout", "6", "--metrics-port", str(port),
     )  # fmt: skip
     proc = start_worker(cmd, log)
-    ev = Evicted(src, out, err, first, offsets, follower, port, log)
+    ev = Evicted(src, out, err, first, [], offsets, follower, port, log)
     finished = sum(isinstance(r, RunEnded) for r in first)
     try:
         wait_for("the first runs processed and committed", ev.committed(bootstrap, group), 120, log)
         time.sleep(3)  # the worker reads the group's committed offsets every 2 s: evictions wait for them
         # later records (two hours of record time on): the first runs' window has passed
-        produce_records(bootstrap, src, runs("later", 5, offsets, T0 + timedelta(hours=2)))
+        ev.later = runs("later", 5, offsets, T0 + timedelta(hours=2))
+        produce_records(bootstrap, src, ev.later)
         evicted = lambda: counter(port, "olstream_stream_evicted_runs_total") >= finished  # noqa: E731
         wait_for("the first finished runs evicted", evicted, 120, log)
         wait_for("the later runs processed and committed", ev.committed(bootstrap, group), 120, log)
@@ -226,7 +228,7 @@ def test_kill_9_while_reading_records_published_again_loses_nothing_and_reopens_
     assert not differing, f"every repeat is byte-identical; these differ: {differing[:3]}"
     ended_runs = {
         r.engine_run_id: TERMINAL_EVENT_TYPES[r.status.value]
-        for r in [*ev.first, *new_runs]
+        for r in [*ev.first, *ev.later, *new_runs]
         if isinstance(r, RunEnded)
     }
     for rid, types in per_run.items():
