@@ -21,6 +21,7 @@ from tests.support.pipeline_support import (
     assert_complete_identical_and_ordered,
     local_cluster,
     wait_until_delivered,
+    wait_until_settled,
 )
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,8 @@ def test_kill_9_of_the_leading_broker_under_load_loses_nothing(tmp_path: Path) -
             assert len(restarted.nodes) == 3 and restarted.started
             log.append(RUNS_PER_PHASE)
             starts, ends = log.expected()
-            lines = wait_until_delivered(pipeline, starts, ends, timeout=240)
+            wait_until_delivered(pipeline, starts, ends, timeout=240)
+            lines = wait_until_settled(pipeline, timeout=120)
             pipeline.check_running()
         finally:
             pipeline.stop()

@@ -267,6 +267,26 @@ def wait_until_delivered(
         time.sleep(1.0)
 
 
+def wait_until_settled(pipeline: Pipeline, timeout: float) -> list[bytes]:
+    """Wait until the workers' group has committed the whole input and the sink's group the whole
+    output; then the delivered events are final. Events present is not enough: after a rebalance a
+    worker or the sink delivers again from its group's last commit, and stopping it in the middle of
+    that repeat would cut a run's repeated START off from its repeated terminal event."""
+    deadline = time.monotonic() + timeout
+    while True:
+        positions = pipeline.positions()
+        if all(end == done >= 0 for end, done in positions.values()):
+            return pipeline.delivered()
+        if time.monotonic() > deadline:
+            pipeline.dump_tasks()
+            raise AssertionError(
+                f"not settled after {timeout:.0f} s: (end, committed) per topic {positions}\n"
+                + pipeline.logs(60)
+            )
+        pipeline.check_running()
+        time.sleep(1.0)
+
+
 def assert_complete_identical_and_ordered(
     lines: Sequence[bytes], starts: set[str], ends: dict[str, str]
 ) -> int:
