@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the test suite with its own temp directory; whatever Kafka brokers and PostgreSQL servers the
-# session started (fixtures, tests) are stopped afterwards, even when pytest fails or is interrupted.
+# Runs the test suite with its own temp directory; whatever Kafka brokers, PostgreSQL servers and
+# Prometheus servers the session started (fixtures, tests) are stopped afterwards, even when pytest
+# fails or is interrupted.
 # Usage: infra/run-tests.sh [pytest args...]   (default: the whole suite, unit and integration)
 set -euo pipefail
 
@@ -9,7 +10,20 @@ bin="$repo/.venv/bin"
 run_dir="$(mktemp -d /tmp/olstream-test.XXXXXX)"
 chmod 755 "$run_dir"  # PostgreSQL runs as the `postgres` account when tests run as root
 
+stop_prometheus() {
+  # tests/support/prometheus.py writes each server's pid to prometheus.pid in its folder
+  local pid="$1" cmd
+  cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" || return 0
+  [[ "$cmd" == *prometheus* ]] || return 0  # gone, and the pid reused: not ours
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 stop_leftovers() {
+  while IFS= read -r state; do
+    stop_prometheus "$(head -n1 "$state")"
+  done < <(find "$run_dir" -name prometheus.pid 2>/dev/null)
   # Every `olstream kafka up` / `olstream postgres up` records its server in broker.json / postgres.json,
   # every `olstream mirror up` its MirrorMaker 2 in mirror.json (stopped first: it reads the brokers).
   while IFS= read -r state; do

@@ -9,6 +9,7 @@ command -v dot >/dev/null 2>&1 || missing+=(graphviz)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool and a server, for the alert tests
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -30,4 +31,12 @@ export DEBIAN_FRONTEND=noninteractive
 # The Debian package starts its own cluster on 5432; olstream runs its own servers, so stop it.
 if [[ " ${missing[*]} " == *" postgresql "* ]] && command -v service >/dev/null 2>&1; then
   "${sudo[@]}" service postgresql stop >/dev/null 2>&1 || true
+fi
+# Likewise Debian's prometheus (a server on :9090 scraping the host): the tests start their own.
+if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    "${sudo[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  elif command -v service >/dev/null 2>&1; then
+    "${sudo[@]}" service prometheus stop >/dev/null 2>&1 || true
+  fi
 fi

@@ -15,7 +15,6 @@ import signal
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from prometheus_client import Counter, Gauge
 
 from olstream.connectors.sink.delivery import (
     Backoff,
@@ -29,6 +28,15 @@ from olstream.connectors.sink.delivery import (
 )
 from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
 from olstream.connectors.sink.lag import LagGauge
+from olstream.connectors.sink.metrics import (
+    BACKOFF_SECONDS,
+    CIRCUIT_OPEN,
+    DEAD_LETTERED,
+    DELIVERED,
+    IN_FLIGHT,
+    REPEATED,
+    RETRIED,
+)
 from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.transports import HttpTransport, SinkTransport
@@ -41,16 +49,6 @@ from olstream.shared.metrics import set_health
 from olstream.shared.stopping import install_stop_deadline
 
 log = logging.getLogger(__name__)
-
-DELIVERED = Counter("olstream_sink_delivered", "Events the receiver accepted (2xx), written or printed")
-RETRIED = Counter("olstream_sink_retried", "Failed send attempts that will be retried")
-DEAD_LETTERED = Counter(
-    "olstream_sink_dead_lettered",
-    "Events written to the DLQ: rejected (400/413/422), or failing alone for --retry-timeout",
-)
-BACKOFF_SECONDS = Gauge("olstream_sink_backoff_seconds", "Length of the backoff wait in progress")
-IN_FLIGHT = Gauge("olstream_sink_in_flight", "Requests in flight to the receiver")
-REPEATED = Counter("olstream_sink_repeated", "Latest terminal events of a job posted again (job_versions)")
 
 TP = tuple[str, int]
 CONSUME_BATCH = 500
@@ -226,6 +224,7 @@ class Sink(LagGauge, Repeats):
                 if repeat is not None and not self._stale(repeat):
                     self.repeating += 1
                     self.ready.put_nowait(repeat)
+            CIRCUIT_OPEN.set(1 if self.backoff.attempt else 0)  # opened by failures, closed by a delivery
 
     async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
         if len(batch) == 1 or not isinstance(self.transport, HttpTransport):

@@ -6,7 +6,7 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, generate_latest
 
 from olstream.shared.errors import ConfigError
 
@@ -20,11 +20,16 @@ class _HealthState:
 
 
 HEALTH = _HealthState()
+HEALTHY = Gauge(
+    "olstream_healthy", "1 while /healthz answers 200, 0 while it answers 503 (the reason is its body)"
+)
+HEALTHY.set(1)
 
 
 def set_health(healthy: bool, reason: str = "ok") -> None:
     HEALTH.healthy = healthy
     HEALTH.reason = reason
+    HEALTHY.set(1 if healthy else 0)
 
 
 def serve_metrics(

@@ -117,6 +117,7 @@ class StreamWorker:
         self.lock = asyncio.Lock()  # one of: a record being processed, a checkpoint, a rebalance hook
         self.stopping = False
         self.busy_seconds = 0.0  # time spent processing records (judge, decode, apply, send)
+        self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports
 
     def owned_input_tps(self) -> set[Any]:
         """The input topic's partitions currently assigned to this worker."""
@@ -196,8 +197,12 @@ class StreamWorker:
     # ------------------------------------------------------------------ evictions
 
     async def refresh_committed(self) -> None:
-        """Ask the broker which input offsets the group has committed (gates evictions)."""
+        """Ask the broker which input offsets the group has committed (gates evictions), then the
+        input's end offsets: the lag gauge."""
         owned = sorted(tp.partition for tp in self.owned_input_tps())
+        for gone in self.lag_partitions - set(owned):  # revoked: its new owner reports it
+            m.INPUT_LAG.remove(str(gone))
+        self.lag_partitions &= set(owned)
         if not owned:
             return
         try:
@@ -207,6 +212,21 @@ class StreamWorker:
             return
         for partition, offset in offsets.items():
             self.table.committed_log.note_committed(partition, offset)
+        await self.refresh_input_lag(owned, offsets)
+
+    async def refresh_input_lag(self, owned: list[int], committed: dict[int, int]) -> None:
+        """`olstream_stream_input_lag`: each owned partition's end offset minus the group's commit (its
+        low watermark when the group never committed it), as `olstream status` counts it."""
+        try:
+            bounds = await self.input_offsets.bounds(owned)
+        except KafkaException as e:
+            log.debug("could not read the input's end offsets for the lag gauge: %s", e)
+            return
+        if sorted(tp.partition for tp in self.owned_input_tps()) != owned:
+            return  # a rebalance meanwhile: the next round reports the new assignment
+        for partition, (low, high) in bounds.items():
+            m.INPUT_LAG.labels(str(partition)).set(max(0, high - committed.get(partition, low)))
+            self.lag_partitions.add(partition)
 
     # ------------------------------------------------------------------ --until-idle
 

@@ -87,6 +87,12 @@ INPUT_REREAD = Counter(
     "Input records fetched but never handed to the agent, found by the commit ledger and read again",
 )
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
+INPUT_LAG = Gauge(
+    "olstream_stream_input_lag",
+    "Records of an owned input partition past the group's committed offset (the partition's end offset "
+    "minus the commit), per input topic partition; refreshed every 2 s",
+    ["partition"],
+)
 
 CHANGELOG_CONFIG = {"cleanup.policy": "compact"}  # and the size of `topics.size_config`
 

@@ -9,6 +9,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from olstream.connectors.sink.delivery import (
     CIRCUIT_THRESHOLD,
     DELIVERED,
@@ -226,6 +228,33 @@ def test_an_outage_dead_letters_nothing_and_the_backlog_waits() -> None:
     transport2 = ScriptedTransport(answer)
     _, dlq2, _ = run_sink(transport2, runs_of(10, 2), settings, lambda s: s.buffered == 0)
     assert dlq2.produced == [] and len(transport2.delivered) == 20
+
+
+def circuit_gauge() -> float | None:
+    return REGISTRY.get_sample_value("olstream_sink_circuit_open")
+
+
+def test_the_circuit_gauge_is_1_while_the_receiver_fails_and_0_after_a_delivery() -> None:
+    """`olstream_sink_circuit_open` (OlstreamSinkCircuitOpen in deploy/prometheus): open during an
+    outage, closed by the next delivery, never opened by one poison event."""
+    state = {"down": True}
+    transport = ScriptedTransport(
+        lambda e, n: DeliveryResult(Outcome.RETRY, 503, "down") if state["down"] else DELIVERED
+    )
+    settings = SinkSettings(concurrency=4, backoff_initial=0.01, backoff_max=0.05, retry_timeout=0)
+    sink, _, _ = run_sink(transport, runs_of(10, 2), settings, lambda s: s.backoff.attempt >= 2)
+    assert sink.backoff.attempt >= 2 and circuit_gauge() == 1
+
+    state["down"] = False
+    transport = ScriptedTransport(lambda e, n: DELIVERED)
+    run_sink(transport, runs_of(10, 2), settings, lambda s: s.buffered == 0)
+    assert circuit_gauge() == 0
+
+    poison = ScriptedTransport(
+        lambda e, n: DeliveryResult(Outcome.RETRY, 500, "no") if e.offset == 4 else DELIVERED
+    )
+    sink, _, _ = run_sink(poison, runs_of(10, 2), settings, lambda s: poison.attempts.get(4, 0) >= 3)
+    assert sink.backoff.attempt == 0 and circuit_gauge() == 0
 
 
 def test_retries_tell_an_events_failures_from_the_receivers() -> None:
