@@ -12,6 +12,7 @@ never admitted: the partition is paused there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ from olstream.contract import wire
 
 TP = tuple[str, int]
 PROGRESS_EVERY = 0.25  # s between progress reports
+NOT_SENT = DeliveryResult(Outcome.RETRY, None, "not sent: the replay is stopping")
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -219,12 +221,20 @@ class BoundedSink(Sink):
 
     # -- sending ---------------------------------------------------------------------------
     async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
+        """Sent at the pace; a stop while waiting for it sends nothing (the events stay uncommitted)."""
         wait = self.pace.delay(len(batch))
         if wait > 0:
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), wait)
+        if self.stopping.is_set():
+            return [NOT_SENT] * len(batch)
         return await super()._send(batch)
 
     def _settle(self, event: PendingEvent, result: DeliveryResult, generation: int) -> None:
+        if result is NOT_SENT:
+            if event.repeat:
+                self.ready.put_nowait(event)  # posted at the stop, as the sink's workers leave them
+            return  # neither delivered nor failed: left uncommitted, the next run sends it
         if result.outcome is Outcome.DELIVERED and not event.repeat and not self._stale(event):
             self.delivered += 1
             self.by_type[self.types.get(event.ident) or event_type_of(None, event.value)] += 1

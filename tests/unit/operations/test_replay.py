@@ -353,3 +353,31 @@ def test_the_bounded_sink_waits_for_the_pace_before_sending() -> None:
         return loop.time() - started
 
     assert asyncio.run(three()) >= 0.09  # the 2nd and 3rd wait 50 ms each
+
+
+def test_a_stop_while_waiting_for_the_pace_sends_nothing_and_leaves_the_event_uncommitted() -> None:
+    bounds = ReplayBounds("t", TimeRange(), (PartitionRange(0, 0, 3),))
+    consumer = Consumer()
+    bounded = BoundedSink(SinkSettings(transport="console"), ConsoleTransport(), consumer, None,  # type: ignore[arg-type]
+                          bounds, Selection(), rate=0.5)  # fmt: skip
+    bounded.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    bounded._admit(Message(0, 0, 1, doc("START", "a")))  # type: ignore[arg-type]
+    bounded._admit(Message(0, 1, 2, doc("START", "b")))  # type: ignore[arg-type]
+    first, second = bounded.ready.get_nowait(), bounded.ready.get_nowait()
+
+    async def stop_during_the_wait() -> tuple[Any, float]:
+        loop = asyncio.get_running_loop()
+        assert await bounded._send([first]) == [DELIVERED]  # the first slot is now
+        loop.call_later(0.05, bounded.stopping.set)
+        started = loop.time()
+        results = await bounded._send([second])  # its slot is 2 s away
+        return results, loop.time() - started
+
+    results, waited = asyncio.run(stop_during_the_wait())
+    assert waited < 1.0 and results[0].outcome.value == "retry"
+    bounded._settle(first, DELIVERED, 0)
+    bounded._settle(second, results[0], 0)
+    assert bounded.commit_finished() and [c.offset for c in consumer.commits] == [
+        1
+    ]  # the second: uncommitted
+    assert bounded.delivered == 1 and bounded.buffered == 1
