@@ -31,7 +31,17 @@ log = logging.getLogger(__name__)
 METADATA_VERSION = 1
 METADATA_KEY = "olstream.replay"
 RETRY_PAUSE = 0.5  # s between attempts of a look-up the broker may answer a moment later
-_RETRIED = {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT}
+# answers that pass a moment later: a look-up timing out, and the group coordinator moving or not
+# loaded yet (the first group commit on a new broker answers NOT_COORDINATOR, not marked retriable)
+_RETRIED = {
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
 
 T = TypeVar("T")
 

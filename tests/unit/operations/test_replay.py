@@ -213,6 +213,15 @@ def test_a_look_up_that_times_out_right_after_topic_creation_is_asked_again(
     broker.fail_times = 2
     assert plan(broker, TimeRange(15)).partitions == (PartitionRange(0, 1, 2),)
 
+    answers = [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS]
+
+    def coordinator_not_ready() -> str:
+        if answers:  # a new broker's first group commits and look-ups of commits
+            raise KafkaException(KafkaError(answers.pop()))
+        return "answered"
+
+    assert retrying(coordinator_not_ready, "reading commits", 5.0) == "answered"
+
     def refused() -> None:
         raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
 
