@@ -188,6 +188,8 @@ async def run_replay(
     bounded = BoundedSink(sink, make_transport(sink), consumer, dlq, bounds, selection, settings.rate, report)
     started = time.monotonic()
     await bounded.run()
+    if report is not None:
+        report(bounded.progress())  # the bar at where it ended
     return summary(
         settings, bounds, bounded.progress(), time.monotonic() - started, bounded.stopping.is_set()
     )

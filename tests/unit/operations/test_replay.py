@@ -13,8 +13,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from olstream.cli.main import main as olstream_main
+from olstream.cli.replay import progress_bar
 from olstream.connectors.sink import bounds as bounds_module
-from olstream.connectors.sink.bounded import BoundedSink, Pace, Selection, event_type_of
+from olstream.connectors.sink.bounded import BoundedSink, Pace, ReplayProgress, Selection, event_type_of
 from olstream.connectors.sink.bounds import (
     PartitionRange,
     ReplayBounds,
@@ -390,3 +391,13 @@ def test_a_stop_while_waiting_for_the_pace_sends_nothing_and_leaves_the_event_un
         1
     ]  # the second: uncommitted
     assert bounded.delivered == 1 and bounded.buffered == 1
+
+
+def test_the_progress_bar_is_only_drawn_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with progress_bar(False) as report:
+        assert report is None
+    with progress_bar(True) as report:
+        assert report is not None
+        report(ReplayProgress(30, 100, 25, 1, 4))
+    err = capsys.readouterr().err
+    assert "30/100" in err and "delivered 25, dead-lettered 1" in err
