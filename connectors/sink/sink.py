@@ -87,6 +87,7 @@ class Sink(LagGauge, Repeats):
         self.pause_reason: str | None = None
         self.fresh: set[TP] = set()  # newly assigned: resumed explicitly once, whatever came before
         self.finished_since_commit = 0
+        self.commit_metadata: dict[TP, str] = {}  # per partition, stored with each commit (a replay's range)
         self.assigned_once = False
         self.stopping = asyncio.Event()
         self._epoch = 0
@@ -353,11 +354,9 @@ class Sink(LagGauge, Repeats):
         """Commit each owned partition's finished prefix; the transport is made durable first."""
         offsets = []
         for tp, tracker in self.trackers.items():
-            if only is not None and tp not in only:
-                continue
             offset = tracker.committable()
-            if offset is not None:
-                offsets.append(TopicPartition(tp[0], tp[1], offset))
+            if offset is not None and (only is None or tp in only):  # each commit keeps its metadata
+                offsets.append(TopicPartition(*tp, offset, metadata=self.commit_metadata.get(tp, "")))
         if not offsets:
             return True
         self.transport.make_durable()

@@ -14,6 +14,7 @@ from olstream.connectors.source.settings import SOURCE_SETTINGS
 from olstream.eventlog.settings import SIMULATE_SETTINGS
 from olstream.infra import mirror_settings
 from olstream.infra import settings as infra
+from olstream.operations.replay_settings import REPLAY_SETTINGS
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
 from olstream.shared.errors import EXIT_MEANINGS, ExitCode
 from olstream.streams.settings import WORKER_SETTINGS
@@ -23,6 +24,7 @@ COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
     "worker": WORKER_SETTINGS,
     "sink": SINK_SETTINGS,
     "simulate": SIMULATE_SETTINGS,
+    "replay": REPLAY_SETTINGS,
 }
 """The command (and its section in the --config file) -> the settings it reads."""
 
@@ -57,8 +59,8 @@ Every command resolves its settings the same way (`olstream/shared/config.py`):
 The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Keys are the setting names
 below (the flag without its dashes, `_` for `-`). Its top level holds only the settings every
 command shares: `bootstrap`, `log_format` and `log_level`. Everything else goes in the section
-of its command (`source:`, `worker:`, `sink:`, `simulate:`, `kafka:`, `mirror:`, `postgres:`,
-`marquez:`, `demo:`, `status:`), which also wins over the top level. The same name means
+of its command (`source:`, `worker:`, `sink:`, `simulate:`, `replay:`, `kafka:`, `mirror:`,
+`postgres:`, `marquez:`, `demo:`, `status:`), which also wins over the top level. The same name means
 different things to different commands (`batch_size` is rows per read for the source and records
 per batch for the worker), so any other top-level key is an error. A key of a section that its command does
 not declare is ignored (`kafka:` serves `up`, `down` and `status`). One file can serve a whole
@@ -99,6 +101,14 @@ YAML file is `OPENLINEAGE_CONFIG`, else `./openlineage.yml`, else `~/.openlineag
 See [sink.md](sink.md).
 """
 
+_REPLAY_DELIVERY = """
+Where and how a replay delivers is the sink's: its destination (as above), and its delivery
+settings (`--concurrency`, `--batch-size`, `--retry-timeout`, `--dlq-topic`, `--topic`, ...: the
+flags of `olstream sink` but `--group`, `--dry-run`, `--until-idle`, `--instance-id` and the
+metrics), resolved from section `sink:` of the file and the sink's variables. See
+[operations.md](operations.md#olstream-replay).
+"""
+
 
 def _table(settings: tuple[Setting, ...]) -> str:
     rows = ["\n| flag | environment | default | meaning |\n|---|---|---|---|\n"]
@@ -115,6 +125,8 @@ def render() -> str:
         parts.append(f"\n## {command}\n\n`olstream {title}`, section `{command}:` of the file.\n")
         if command == "sink":
             parts.append(_SINK_DESTINATION)
+        if command == "replay":
+            parts.append(_REPLAY_DELIVERY)
         parts.append(_table(settings))
     parts.append(
         "\n## Local infrastructure and tools\n\nThe same resolver; see [operations.md](operations.md).\n"
