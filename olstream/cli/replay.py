@@ -13,16 +13,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
-from olstream.connectors.sink.bounded import ReplayProgress
 from olstream.connectors.sink.settings import build_settings
 from olstream.operations.replay_settings import REPLAY_SETTINGS, SINK_FLAGS, build_replay_settings, sink_flags
 from olstream.shared.config import add_flags, add_print_config
 from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.logs import redact, setup_logging
+
+if TYPE_CHECKING:  # the sink's modules register its metrics: imported only when a replay runs
+    from olstream.connectors.sink.bounded import ReplayProgress
 
 log = logging.getLogger(__name__)
 

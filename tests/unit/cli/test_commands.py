@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,18 @@ def test_the_configuration_page_is_generated_from_the_declarations() -> None:
     assert page == render(), (
         "docs/configuration.md is stale: python -m olstream.cli.reference > docs/configuration.md"
     )
+
+
+def test_the_command_line_registers_no_service_metrics() -> None:
+    """Every service builds the whole parser (every command module): a module that imports another
+    service's code at import time would make every process export that service's metrics (the
+    source and the worker exporting `olstream_sink_circuit_open`, say, breaks the alert rules)."""
+    code = (
+        "from olstream.cli.main import build_parser\n"
+        "from prometheus_client import REGISTRY\n"
+        "build_parser()\n"
+        "print(' '.join(sorted(m.name for m in REGISTRY.collect() if m.name.startswith('olstream_'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    service_metrics = [n for n in out.split() if n.startswith(("olstream_sink_", "olstream_stream_"))]
+    assert service_metrics == [], service_metrics
