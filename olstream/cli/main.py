@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "olstream.cli.sink",  # olstream sink
     "olstream.cli.tools",  # olstream demo, graph, status, marquez
     "olstream.cli.errors",  # olstream errors list|show
+    "olstream.cli.explain",  # olstream explain RUN
 )
 
 

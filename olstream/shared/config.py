@@ -185,7 +185,8 @@ METRICS_HOST = Setting(
 CONFIG_FILE = Setting("config", None, "YAML file of settings (top level: shared ones; a section per command)")
 SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
 FILE_SECTIONS = (
-    "source", "worker", "sink", "simulate", "kafka", "mirror", "postgres", "marquez", "demo", "status"
+    "source", "worker", "sink", "simulate", "kafka", "mirror", "postgres", "marquez", "demo", "status",
+    "explain",
 )  # fmt: skip
 """The sections of the configuration file: one per command (kafka, postgres, marquez: every action)."""
 

@@ -1,0 +1,277 @@
+"""`olstream explain RUN`: where one run is in the pipeline, from its log records to the sinks' commits.
+
+RUN is an OpenLineage run id, an engine run id or a workflow instance (`--kind`, default `auto`:
+a UUID is tried as an OpenLineage run id first, anything else as an engine run id or a workflow
+instance at once). Nothing is indexed by run id, so the lookup reads topics, cheapest first:
+
+1. **Finding the run.** An OpenLineage run id is a UUIDv7 whose timestamp is the run's start, and
+   every message of the run was produced after it started, so each topic is read from the first
+   offset at or after that time less `--time-slack` (Kafka's time index: `ListOffsets`), then
+   widened to the whole topic only when nothing was found. Its events are found by the raw
+   `"runId":"..."` substring; the workflow facet of the first one names the engine run id, whose
+   Avro string then finds the records. An engine run id or a workflow instance has no time: every
+   partition of the records topic is read (in parallel), testing the raw value for the Avro
+   string and decoding only the hits (`olstream.operations.explain_match`).
+2. **Everything after** is bounded by the run's first record: the worker wrote its state and
+   its events after reading it, and the sink dead-lettered after that, so the changelog (only the
+   partition of the run's records: the state's home), the events topic and the DLQ are read from
+   the first record's time less `--time-slack`.
+3. **Commits** of the worker group and the sink groups are read with the AdminClient.
+
+Nothing joins a group, commits or changes an offset (`olstream.operations.explain_read`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+
+from olstream.operations.explain_match import (
+    EventFinder,
+    Found,
+    RunFinder,
+    RunKey,
+    StateFinder,
+    state_key_bytes,
+    workflow_facet,
+)
+from olstream.operations.explain_read import Collector, ScanCost, Span, TopicReader, committed_offsets, scan
+from olstream.operations.explain_report import ExplainReport
+from olstream.operations.explain_runs import ExplainRequest, FoundRun, RunsFound, build_views
+from olstream.shared.errors import ConfigError
+from olstream.shared.kafka_clients import Kafka
+from olstream.streams.runid import timestamp_millis
+
+log = logging.getLogger(__name__)
+
+KINDS = ("auto", "run-id", "engine-run-id", "instance")
+__all__ = ["KINDS", "ExplainRequest", "RunNotFound", "explain"]
+
+
+class RunNotFound(ConfigError):
+    """No run matched: one line, exit 2."""
+
+
+def ol_uuid(text: str) -> str | None:
+    """The canonical form of a UUID string; None when `text` is not one."""
+    try:
+        return str(uuid.UUID(text.strip()))
+    except ValueError:
+        return None
+
+
+class _Scanner:
+    """One request's scans, their costs, and the reader of partitions and offsets."""
+
+    def __init__(self, kafka: Kafka, request: ExplainRequest, reader: TopicReader) -> None:
+        self.kafka, self.request, self.reader = kafka, request, reader
+        self.costs: list[ScanCost] = []
+
+    def read(
+        self, topic: str, partitions: range | set[int], make: Callable[[int], Collector], since_ms: int | None
+    ) -> None:
+        spans = self.reader.spans(topic, partitions, since_ms)
+        self.costs.append(
+            scan(
+                self.kafka,
+                topic,
+                spans,
+                make,
+                threads=self.request.threads,
+                timeout=self.request.timeout,
+                since_ms=since_ms,
+            )
+        )
+
+    def read_widening(
+        self,
+        topic: str,
+        partitions: range,
+        make: Callable[[int], Collector],
+        since_ms: int | None,
+        found: Callable[[], bool],
+    ) -> None:
+        """Read from `since_ms`; when nothing was found, read what lies before it too."""
+        self.read(topic, partitions, make, since_ms)
+        if since_ms is None or found():
+            return
+        after = self.reader.spans(topic, partitions, since_ms)
+        whole = self.reader.spans(topic, partitions, None)
+        before = {p: Span(s.start, after[p].start if p in after else s.end) for p, s in whole.items()}
+        before = {p: s for p, s in before.items() if s.end > s.start}
+        self.costs.append(
+            scan(self.kafka, topic, before, make, threads=self.request.threads, timeout=self.request.timeout)
+        )
+
+
+def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
+    """The report on `request.subject`; `RunNotFound` when no run matches, ConfigError for a missing topic."""
+    began = time.monotonic()
+    reader = TopicReader(kafka, request.timeout)
+    try:
+        records_n = reader.require(request.records_topic)
+        events_n = reader.require(request.events_topic)
+        s = _Scanner(kafka, request, reader)
+        runs, found_as, events = _find_runs(s, records_n, events_n)
+        notes: list[str] = []
+        cut = runs.cut(request.max_runs)
+        since = None if not cut.first_ms else cut.first_ms - int(request.time_slack_s * 1000)
+        if not cut.runs and events is not None and events.kept:  # its records are gone from the topic
+            facet = workflow_facet(events.kept[0][1].value or b"")
+            cut = RunsFound((FoundRun((-1, str(facet.get("engineRunId", "?"))), ()),), 1)
+            since = events.kept[0][1].timestamp_ms - int(request.time_slack_s * 1000)
+            notes.append(
+                f"its events are in {request.events_topic}, its records no longer in {request.records_topic}"
+            )
+        states = _read_states(s, cut, since, notes)
+        run_ids = cut.run_ids(states)
+        if events is not None and len(cut.runs) == 1 and cut.runs[0].key not in run_ids:
+            run_ids[cut.runs[0].key] = next(iter(events.run_ids))
+        if events is None or set(run_ids.values()) != events.run_ids:
+            events = _read_events(
+                s, request.events_topic, range(events_n), frozenset(run_ids.values()), since
+            )
+        dlq_n = reader.partitions(request.dlq_topic)
+        dead: list[tuple[str, Found]] = []
+        if dlq_n is None:
+            notes.append(f"topic {request.dlq_topic} does not exist: nothing was dead-lettered there")
+        elif run_ids:
+            dead = _read_events(s, request.dlq_topic, range(dlq_n), frozenset(run_ids.values()), since).kept
+        worker = committed_offsets(kafka, request.records_topic, [request.app_id], request.timeout)
+        sinks = committed_offsets(kafka, request.events_topic, request.sink_groups, request.timeout)
+        if not sinks:
+            notes.append(f"no consumer group has committed an offset on {request.events_topic}")
+    finally:
+        reader.close()
+    views = build_views(
+        request, cut, states, run_ids, events.kept, dead, worker.get(request.app_id, {}), sinks
+    )
+    if request.log_url:
+        from olstream.operations.explain_log import add_log_rows
+
+        views = add_log_rows(request.log_url, views, notes)
+    return ExplainReport(
+        request.subject,
+        found_as,
+        tuple(views),
+        runs.matched,
+        tuple(notes),
+        tuple(s.costs),
+        time.monotonic() - began,
+    )
+
+
+def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, str, EventFinder | None]:
+    request = s.request
+    kind, subject = request.kind, request.subject.strip()
+    if not subject:
+        raise ConfigError("RUN is empty: give an OpenLineage run id, an engine run id or a workflow instance")
+    rid = ol_uuid(subject)
+    if kind == "run-id" and rid is None:
+        raise ConfigError(f"{subject!r} is not an OpenLineage run id (a UUID)")
+    if rid is not None and kind in ("auto", "run-id"):
+        since = _start_ms(rid, request.time_slack_s)
+        events = _read_events(s, request.events_topic, range(events_n), frozenset({rid}), since, widen=True)
+        facets = [workflow_facet(f.value or b"") for _, f in events.kept]
+        engine_ids = frozenset(str(f["engineRunId"]) for f in facets if f.get("engineRunId"))
+        finders: dict[int, RunFinder] = {}
+
+        def by_run_id(p: int) -> RunFinder:
+            finders[p] = RunFinder(
+                engine_run_ids=engine_ids,
+                run_ids=frozenset({rid}),
+                max_runs=request.max_runs,
+                decode_starts=not engine_ids,
+            )
+            return finders[p]
+
+        s.read_widening(request.records_topic, range(records_n), by_run_id, since, lambda: _any(finders))
+        runs = RunsFound.of(finders.values(), only_run_id=rid)
+        if runs.runs or events.kept:
+            return runs, "OpenLineage run id", events
+        if kind == "run-id":
+            raise RunNotFound(f"no run {rid} in {request.records_topic} or {request.events_topic}")
+    finders2: dict[int, RunFinder] = {}
+
+    def by_name(p: int) -> RunFinder:
+        finders2[p] = RunFinder(
+            engine_run_ids=frozenset({subject}) if kind in ("auto", "engine-run-id") else frozenset(),
+            instance=subject if kind in ("auto", "instance") else None,
+            max_runs=request.max_runs,
+        )
+        return finders2[p]
+
+    s.read(request.records_topic, range(records_n), by_name, None)
+    runs = RunsFound.of(finders2.values())
+    if not runs.runs:
+        what = {"engine-run-id": "with engine run id", "instance": "of workflow instance"}.get(kind, "named")
+        raise RunNotFound(f"no run {what} {subject!r} in {request.records_topic}")
+    by_instance = any(
+        r.start is not None and r.start.workflow_instance == subject and r.start.engine_run_id != subject
+        for r in runs.runs
+    )
+    return runs, "workflow instance" if by_instance else "engine run id", None
+
+
+def _any(finders: Mapping[int, RunFinder]) -> bool:
+    return any(f.found() for f in finders.values())
+
+
+def _start_ms(rid: str, slack_s: float) -> int | None:
+    """The run's start less the slack, from a UUIDv7's timestamp; None for another UUID version."""
+    if uuid.UUID(rid).version != 7:
+        return None
+    return timestamp_millis(rid) - int(slack_s * 1000)
+
+
+def _read_events(
+    s: _Scanner,
+    topic: str,
+    partitions: range,
+    run_ids: frozenset[str],
+    since: int | None,
+    widen: bool = False,
+) -> EventFinder:
+    """The messages of `topic` (events or DLQ) of the runs `run_ids`, in partition and offset order."""
+    finders: dict[int, EventFinder] = {}
+
+    def make(p: int) -> EventFinder:
+        finders[p] = EventFinder(run_ids)
+        return finders[p]
+
+    if run_ids:
+        if widen:
+            s.read_widening(topic, partitions, make, since, lambda: any(f.kept for f in finders.values()))
+        else:
+            s.read(topic, partitions, make, since)
+    merged = EventFinder(run_ids)
+    for p in sorted(finders):
+        merged.kept.extend(finders[p].kept)
+    merged.kept.sort(key=lambda item: (item[1].partition, item[1].offset))
+    return merged
+
+
+def _read_states(s: _Scanner, runs: RunsFound, since: int | None, notes: list[str]) -> dict[RunKey, Found]:
+    """The last changelog write of each run's state key, in the partitions that hold the runs' records."""
+    topic = s.request.changelog_topic
+    count = s.reader.partitions(topic)
+    if count is None:
+        notes.append(f"topic {topic} does not exist: is the worker's --app-id {s.request.app_id}?")
+        return {}
+    keys = frozenset(state_key_bytes(r.key) for r in runs.runs)
+    homes = {r.home for r in runs.runs if r.home is not None and r.home < count} or set(range(count))
+    finders: list[StateFinder] = []
+
+    def make(p: int) -> StateFinder:
+        finders.append(StateFinder(keys))
+        return finders[-1]
+
+    s.read(topic, homes, make, since)
+    last: dict[RunKey, Found] = {}
+    for f in finders:
+        for key, found in f.last.items():
+            p, _, eid = key.decode("utf-8", "replace").partition(":")
+            last[(int(p), eid)] = found
+    return last
