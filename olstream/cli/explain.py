@@ -8,9 +8,9 @@ from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
 from olstream.infra.settings import EXPLAIN
-from olstream.operations.explain import KINDS, ExplainRequest, explain
+from olstream.operations.explain import KINDS, ExplainRequest, check_subject, explain
 from olstream.shared.config import add_flags, add_print_config
-from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
+from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
 from olstream.shared.logs import redact, setup_logging
@@ -56,8 +56,12 @@ def _run(args: argparse.Namespace) -> int:
         log_url=r["log_url"],
     )
     try:
+        check_subject(request.subject, request.kind)
         kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
+        try:
+            check_connection(kafka, r["timeout"])
+        except InfrastructureError as e:  # Kafka unreachable: nothing was done
+            raise ConfigError(str(e)) from e
         report = explain(kafka, request)
     except KafkaAuthError as e:
         print(f"olstream explain: {e}", file=sys.stderr)

@@ -47,7 +47,7 @@ from olstream.streams.runid import timestamp_millis
 log = logging.getLogger(__name__)
 
 KINDS = ("auto", "run-id", "engine-run-id", "instance")
-__all__ = ["KINDS", "ExplainRequest", "RunNotFound", "explain"]
+__all__ = ["KINDS", "ExplainRequest", "RunNotFound", "check_subject", "explain"]
 
 
 class RunNotFound(ConfigError):
@@ -60,6 +60,16 @@ def ol_uuid(text: str) -> str | None:
         return str(uuid.UUID(text.strip()))
     except ValueError:
         return None
+
+
+def check_subject(subject: str, kind: str) -> None:
+    """ConfigError when RUN cannot be what `kind` says (checked before anything is read)."""
+    if kind not in KINDS:
+        raise ConfigError(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if not subject.strip():
+        raise ConfigError("RUN is empty: give an OpenLineage run id, an engine run id or a workflow instance")
+    if kind == "run-id" and ol_uuid(subject) is None:
+        raise ConfigError(f"{subject.strip()!r} is not an OpenLineage run id (a UUID)")
 
 
 class _Scanner:
@@ -166,11 +176,8 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
 def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, str, EventFinder | None]:
     request = s.request
     kind, subject = request.kind, request.subject.strip()
-    if not subject:
-        raise ConfigError("RUN is empty: give an OpenLineage run id, an engine run id or a workflow instance")
+    check_subject(subject, kind)
     rid = ol_uuid(subject)
-    if kind == "run-id" and rid is None:
-        raise ConfigError(f"{subject!r} is not an OpenLineage run id (a UUID)")
     if rid is not None and kind in ("auto", "run-id"):
         since = _start_ms(rid, request.time_slack_s)
         events = _read_events(s, request.events_topic, range(events_n), frozenset({rid}), since, widen=True)
