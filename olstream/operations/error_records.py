@@ -215,8 +215,13 @@ def read_topic(
                 _, ts = msg.timestamp()
                 records.append(
                     ErrorRecord(
-                        topic, part, offset, max(ts, 0), msg.value() or b"",
-                        _headers(msg.headers()), msg.key(),
+                        topic,
+                        part,
+                        offset,
+                        max(ts, 0),
+                        msg.value() or b"",
+                        _headers(msg.headers()),
+                        msg.key(),
                     )
                 )
                 if offset + 1 >= end:

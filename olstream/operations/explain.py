@@ -34,6 +34,7 @@ from olstream.operations.explain_match import (
     RunFinder,
     RunKey,
     StateFinder,
+    ol_run_id,
     state_key_bytes,
     workflow_facet,
 )
@@ -174,52 +175,64 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
 
 
 def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, str, EventFinder | None]:
+    """The runs RUN names, in one pass over the records topic (two when a time bound found nothing)."""
     request = s.request
     kind, subject = request.kind, request.subject.strip()
     check_subject(subject, kind)
-    rid = ol_uuid(subject)
-    if rid is not None and kind in ("auto", "run-id"):
+    rid = ol_uuid(subject) if kind in ("auto", "run-id") else None
+    events: EventFinder | None = None
+    engine_ids: frozenset[str] = frozenset()
+    since = None
+    if rid is not None:
         since = _start_ms(rid, request.time_slack_s)
         events = _read_events(s, request.events_topic, range(events_n), frozenset({rid}), since, widen=True)
         facets = [workflow_facet(f.value or b"") for _, f in events.kept]
         engine_ids = frozenset(str(f["engineRunId"]) for f in facets if f.get("engineRunId"))
-        finders: dict[int, RunFinder] = {}
+    by_engine_id = kind in ("auto", "engine-run-id")
+    by_instance = kind in ("auto", "instance")
+    finders: dict[int, RunFinder] = {}
 
-        def by_run_id(p: int) -> RunFinder:
-            finders[p] = RunFinder(
-                engine_run_ids=engine_ids,
-                run_ids=frozenset({rid}),
-                max_runs=request.max_runs,
-                decode_starts=not engine_ids,
-            )
-            return finders[p]
+    def make(p: int) -> RunFinder:
+        finders[p] = RunFinder(
+            engine_run_ids=engine_ids | ({subject} if by_engine_id else set()),
+            instance=subject if by_instance else None,
+            run_ids=frozenset({rid}) if rid else frozenset(),
+            max_runs=request.max_runs,
+            decode_starts=not engine_ids,  # the events named the engine run id: its string finds the start
+        )
+        return finders[p]
 
-        s.read_widening(request.records_topic, range(records_n), by_run_id, since, lambda: _any(finders))
-        runs = RunsFound.of(finders.values(), only_run_id=rid)
-        if runs.runs or events.kept:
-            return runs, "OpenLineage run id", events
+    s.read_widening(request.records_topic, range(records_n), make, since, lambda: _any(finders))
+    found = RunsFound.of(finders.values())
+    if rid is not None:
+        mine = tuple(r for r in found.runs if _is_run(r, rid, engine_ids))
+        if mine or (events is not None and events.kept):
+            return RunsFound(mine, len(mine)), "OpenLineage run id", events
         if kind == "run-id":
             raise RunNotFound(f"no run {rid} in {request.records_topic} or {request.events_topic}")
-    finders2: dict[int, RunFinder] = {}
-
-    def by_name(p: int) -> RunFinder:
-        finders2[p] = RunFinder(
-            engine_run_ids=frozenset({subject}) if kind in ("auto", "engine-run-id") else frozenset(),
-            instance=subject if kind in ("auto", "instance") else None,
-            max_runs=request.max_runs,
-        )
-        return finders2[p]
-
-    s.read(request.records_topic, range(records_n), by_name, None)
-    runs = RunsFound.of(finders2.values())
-    if not runs.runs:
+    named = tuple(
+        r
+        for r in found.runs
+        if (by_engine_id and r.key[1] == subject)
+        or (by_instance and r.start is not None and r.start.workflow_instance == subject)
+    )
+    if not named:
         what = {"engine-run-id": "with engine run id", "instance": "of workflow instance"}.get(kind, "named")
         raise RunNotFound(f"no run {what} {subject!r} in {request.records_topic}")
-    by_instance = any(
-        r.start is not None and r.start.workflow_instance == subject and r.start.engine_run_id != subject
-        for r in runs.runs
+    as_instance = any(
+        r.start is not None and r.start.workflow_instance == subject for r in named
+    ) and not any(r.key[1] == subject for r in named)
+    return (
+        RunsFound(named, max(len(named), found.matched)),
+        ("workflow instance" if as_instance else "engine run id"),
+        None,
     )
-    return runs, "workflow instance" if by_instance else "engine run id", None
+
+
+def _is_run(run: FoundRun, rid: str, engine_ids: frozenset[str]) -> bool:
+    """The run has OpenLineage run id `rid`: its start derives it, or (no start read) the events named it."""
+    start = run.start
+    return ol_run_id(start) == rid if start is not None else run.key[1] in engine_ids
 
 
 def _any(finders: Mapping[int, RunFinder]) -> bool:

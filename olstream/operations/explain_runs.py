@@ -78,20 +78,14 @@ class RunsFound:
     matched: int
 
     @classmethod
-    def of(cls, finders: Iterable[RunFinder], only_run_id: str | None = None) -> RunsFound:
+    def of(cls, finders: Iterable[RunFinder]) -> RunsFound:
         runs: list[FoundRun] = []
         matched = 0
         for finder in finders:
             found = finder.found()
             matched += finder.starts_seen + len(finder.loose)
             for key, records in found.items():
-                run = FoundRun(key, tuple(sorted(records, key=lambda f: f.offset)))
-                start = run.start
-                if only_run_id is not None and start is not None and ol_run_id(start) != only_run_id:
-                    continue
-                runs.append(run)
-        if only_run_id is not None:
-            matched = len(runs)
+                runs.append(FoundRun(key, tuple(sorted(records, key=lambda f: f.offset))))
         runs.sort(key=lambda r: r.order)
         return cls(tuple(runs), max(matched, len(runs)))
 
