@@ -125,8 +125,27 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
         records_n = reader.require(request.records_topic)
         events_n = reader.require(request.events_topic)
         s = _Scanner(kafka, request, reader)
-        runs, found_as, events = _find_runs(s, records_n, events_n)
         notes: list[str] = []
+        try:
+            runs, found_as, events = _find_runs(s, records_n, events_n)
+        except RunNotFound as e:
+            if not request.log_url or request.kind == "run-id":
+                raise
+            from olstream.operations.explain_log import runs_only_in_log
+
+            only = runs_only_in_log(request.log_url, request.subject.strip(), request.kind, request.max_runs)
+            if not only:
+                raise RunNotFound(f"{e}, nor in the event log") from None
+            notes.append(f"not in {request.records_topic}: its rows are in the event log only")
+            return ExplainReport(
+                request.subject,
+                "name, in the event log only",
+                tuple(only),
+                len(only),
+                tuple(notes),
+                tuple(s.costs),
+                time.monotonic() - began,
+            )
         cut = runs.cut(request.max_runs)
         since = None if not cut.first_ms else cut.first_ms - int(request.time_slack_s * 1000)
         if not cut.runs and events is not None and events.kept:  # its records are gone from the topic

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from olstream.contract.records import RunStarted
 from olstream.eventlog.store import EventLogStore, StoredRow
 from olstream.eventlog.stores import open_store
-from olstream.operations.explain_match import RunFinder, RunKey
+from olstream.operations.explain_match import RunFinder
 from olstream.operations.explain_report import LogRecordView, RunView, StateView
 from olstream.operations.explain_runs import record_time
 
@@ -98,8 +99,10 @@ def _with_rows(view: RunView, rows: Sequence[Any]) -> RunView:
     return replace(view, records=records)
 
 
-def find_in_log(url: str, subject: str, kind: str, max_runs: int) -> dict[RunKey, list[Any]]:
-    """Runs of `subject` the event log holds (for a run that is not in the records topic)."""
+def runs_only_in_log(url: str, subject: str, kind: str, max_runs: int) -> list[RunView]:
+    """Runs of `subject` (engine run id or workflow instance) the event log holds, as views without a
+    Kafka place: for a run the records topic does not hold. A workflow instance reads its own log
+    partition; an engine run id every one."""
     from olstream.eventlog.writer import partition_for
 
     store = open_store(url)
@@ -113,14 +116,29 @@ def find_in_log(url: str, subject: str, kind: str, max_runs: int) -> dict[RunKey
             max_runs=max_runs,
         )
         read_runs(store, partitions, finder)
-        return finder.found()
     finally:
         store.close()
+    views = []
+    for (partition, engine_run_id), rows in finder.found().items():
+        start = next((f.record for f in rows if isinstance(f.record, RunStarted)), None)
+        view = RunView(
+            engine_run_id,
+            partition,
+            None,
+            None,
+            start.workflow_instance if start else None,
+            (),
+            NOT_IN_KAFKA,
+            (),
+            (),
+        )
+        views.append(_with_rows(view, rows))
+    return views[-max_runs:]
 
 
 NOT_IN_KAFKA = StateView(
     "absent",
-    "its rows are in the event log, not in the records topic: the source has not "
-    "published them (is it running?), or refused them (olstream errors show)",
+    "its rows are in the event log, not in the records topic: the source has not published them "
+    "(is it running?), or sent them to its errors topic (olstream errors show)",
     None,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,10 @@ import pytest
 from olstream.cli.main import main
 from olstream.contract import codec, wire
 from olstream.contract.records import Record
+from olstream.eventlog.stores import open_store
+from olstream.eventlog.writer import partition_for
 from olstream.operations.explain import ol_uuid
+from olstream.operations.explain_log import add_log_rows, runs_only_in_log
 from olstream.operations.explain_match import (
     EventFinder,
     RunFinder,
@@ -281,3 +285,44 @@ def test_print_config_names_every_setting_and_hides_the_sasl_password(
     doc = json.loads(out)
     assert doc["sink_groups"] == ["a", "b"] and doc["max_runs"] == 10 and doc["app_id"] == "olstream-stream"
     assert "s3cret" not in out
+
+
+def _log(tmp_path: Path, records: list[Record]) -> str:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    store = open_store(url, partitions=2, create=True)
+    try:
+        for r in records:
+            assert store.append(r.partition, codec.offset_encoder(r)) == r.offset
+    finally:
+        store.close()
+    return url
+
+
+def test_the_event_log_adds_the_rows_the_records_topic_lacks_and_finds_runs_only_it_holds(
+    tmp_path: Path,
+) -> None:
+    # the writer puts every run of an instance in one log partition: here 0
+    daily = next(name for name in (f"daily-{i}" for i in range(10)) if partition_for(name, 2) == 0)
+    records: list[Record] = [
+        started("r1", instance=daily),
+        declared("r1", offset=1),
+        ended("r1", offset=2),
+        started("r2", offset=3, instance=daily),
+    ]
+    url = _log(tmp_path, records)
+    # the records topic held r1's start only
+    [view] = _report().runs
+    notes: list[str] = []
+    [more] = add_log_rows(url, [view], notes)
+    assert [(r.type, r.log_offset, r.kafka is None) for r in more.records] == [
+        ("RunStarted", 0, False), ("DatasetDeclared", 1, True), ("RunEnded", 2, True)
+    ]  # fmt: skip
+    assert notes == ["read the event log: 1 partitions, 4 rows"]
+    only = runs_only_in_log(url, daily, "instance", 10)
+    assert [(v.engine_run_id, len(v.records), v.state.status) for v in only] == [
+        ("r1", 3, "absent"),
+        ("r2", 1, "absent"),
+    ]
+    assert "not in the records topic" in only[0].state.detail
+    assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1)] == ["r2"]
+    assert runs_only_in_log(url, "nobody", "engine-run-id", 10) == []
