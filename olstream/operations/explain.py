@@ -6,8 +6,8 @@ instance at once). Nothing is indexed by run id, so the lookup reads topics, che
 
 1. **Finding the run.** An OpenLineage run id is a UUIDv7 whose timestamp is the run's start, and
    every message of the run was produced after it started, so each topic is read from the first
-   offset at or after that time less `--time-slack` (Kafka's time index: `ListOffsets`), then
-   widened to the whole topic only when nothing was found. Its events are found by the raw
+   offset at or after that time less `--time-slack` (Kafka's time index: `ListOffsets`), and read
+   whole again only when nothing was found. Its events are found by the raw
    `"runId":"..."` substring; the workflow facet of the first one names the engine run id, whose
    Avro string then finds the records. An engine run id or a workflow instance has no time: every
    partition of the records topic is read (in parallel), testing the raw value for the Avro
@@ -38,7 +38,7 @@ from olstream.operations.explain_match import (
     state_key_bytes,
     workflow_facet,
 )
-from olstream.operations.explain_read import Collector, ScanCost, Span, TopicReader, committed_offsets, scan
+from olstream.operations.explain_read import Collector, ScanCost, TopicReader, committed_offsets, scan
 from olstream.operations.explain_report import ExplainReport
 from olstream.operations.explain_runs import ExplainRequest, FoundRun, RunsFound, build_views
 from olstream.shared.errors import ConfigError
@@ -104,17 +104,11 @@ class _Scanner:
         since_ms: int | None,
         found: Callable[[], bool],
     ) -> None:
-        """Read from `since_ms`; when nothing was found, read what lies before it too."""
+        """Read from `since_ms`; when nothing was found, read the whole topic (a run that started before
+        the time may have records after it that only its start, read now, makes recognisable)."""
         self.read(topic, partitions, make, since_ms)
-        if since_ms is None or found():
-            return
-        after = self.reader.spans(topic, partitions, since_ms)
-        whole = self.reader.spans(topic, partitions, None)
-        before = {p: Span(s.start, after[p].start if p in after else s.end) for p, s in whole.items()}
-        before = {p: s for p, s in before.items() if s.end > s.start}
-        self.costs.append(
-            scan(self.kafka, topic, before, make, threads=self.request.threads, timeout=self.request.timeout)
-        )
+        if since_ms is not None and not found():
+            self.read(topic, partitions, make, None)
 
 
 def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:

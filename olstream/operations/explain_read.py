@@ -125,9 +125,9 @@ def _config(kafka: Kafka, extra: Mapping[str, Any] | None = None) -> dict[str, A
 
 
 _FAST_FETCH = {
-    "fetch.max.bytes": 64 * 1024 * 1024,
+    "fetch.max.bytes": 32 * 1024 * 1024,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 256 * 1024,
+    "queued.max.messages.kbytes": 64 * 1024,
     "fetch.wait.max.ms": 50,
 }
 
