@@ -1,7 +1,7 @@
 """Bench: `olstream explain` on a records topic of about a million records (issue 28: under 30 s).
 
     .venv/bin/python bench/explain.py --bootstrap 127.0.0.1:PORT [--runs 210000] [--partitions 6]
-        [--seed 5] [--events-per-run 2] [--repeat 1] [--scan-threads 4]
+        [--seed 5] [--events-per-run 2] [--repeat 1] [--scan-threads 4|1,2,4]
 
 Set-up, in fresh topics: a seeded simulated log of --runs runs (``olstream log simulate``'s
 workload, 8 log partitions) published to a records topic as the source does (about 4.7 records
@@ -122,7 +122,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--events-per-run", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--scan-threads", type=int, default=4)
+    ap.add_argument(
+        "--scan-threads", default="4", help="consumers per scan; a comma-separated list runs each"
+    )
     args = ap.parse_args()
     tag = uuid.uuid4().hex[:6]
     records, events = f"bench-explain.{tag}.records", f"bench-explain.{tag}.events"
@@ -174,38 +176,50 @@ def main() -> None:
         ("unknown engine run id", f"no-such-run-{tag}"),
     ]
     rows_out = []
-    for _ in range(args.repeat):
-        for name, subject in cases:
-            rc, wall, doc = explain(args.bootstrap, subject, topics, args.scan_threads)
-            read: dict[str, int] = {}
-            for cost in doc.get("costs", []):  # type: ignore[attr-defined]
-                read[cost["topic"]] = read.get(cost["topic"], 0) + cost["messages"]
-            runs = doc.get("runs", [])
-            found = f"{len(runs)} runs" if rc == 0 else f"exit {rc}"  # type: ignore[arg-type]
-            events_seen = sum(len(r["events"]) for r in runs)  # type: ignore[union-attr]
-            dead = sum(len(r["dead_letters"]) for r in runs)  # type: ignore[union-attr]
-            rows_out.append(
-                (
-                    name,
-                    found,
-                    events_seen,
-                    dead,
-                    read.get(records, 0),
-                    read.get(events, 0),
-                    doc.get("seconds"),
-                    wall,
+    for threads in [int(t) for t in args.scan_threads.split(",")]:
+        for _ in range(args.repeat):
+            for name, subject in cases:
+                rc, wall, doc = explain(args.bootstrap, subject, topics, threads)
+                read: dict[str, int] = {}
+                for cost in doc.get("costs", []):  # type: ignore[attr-defined]
+                    read[cost["topic"]] = read.get(cost["topic"], 0) + cost["messages"]
+                runs = doc.get("runs", [])
+                found = f"{len(runs)} runs" if rc == 0 else f"exit {rc}"  # type: ignore[arg-type]
+                events_seen = sum(len(r["events"]) for r in runs)  # type: ignore[union-attr]
+                dead = sum(len(r["dead_letters"]) for r in runs)  # type: ignore[union-attr]
+                rows_out.append(
+                    (
+                        threads,
+                        name,
+                        found,
+                        events_seen,
+                        dead,
+                        read.get(records, 0),
+                        read.get(events, 0),
+                        doc.get("seconds"),
+                        wall,
+                    )
                 )
-            )
     print()
     print(
         f"records topic: {produced:,} messages over {args.partitions} partitions; events topic: {n_events:,}"
     )
-    head = ("case", "found", "events", "DLQ copies", "records read", "events read", "explain s", "wall s")
+    head = (
+        "scan threads",
+        "case",
+        "found",
+        "events",
+        "DLQ copies",
+        "records read",
+        "events read",
+        "explain s",
+        "wall s",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for name, found, ev, dead, rr, er, secs, wall in rows_out:
+    for threads, name, found, ev, dead, rr, er, secs, wall in rows_out:
         shown = "-" if secs is None else f"{secs:.2f}"
-        print(f"| {name} | {found} | {ev} | {dead} | {rr:,} | {er:,} | {shown} | {wall:.2f} |")
+        print(f"| {threads} | {name} | {found} | {ev} | {dead} | {rr:,} | {er:,} | {shown} | {wall:.2f} |")
 
 
 if __name__ == "__main__":

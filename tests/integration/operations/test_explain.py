@@ -126,6 +126,7 @@ def test_explain_follows_a_delivered_run_and_a_dead_lettered_one_without_moving_
     text = explain(kafka_bootstrap, bad_id, *topics)
     assert text.returncode == 0, text.stderr
     assert f"dead-lettered: {dlq}[" in text.stdout and "HTTP 400" in text.stdout, text.stdout
+    print(text.stdout)  # docs/operations.md's example (pytest -rP shows it)
 
     # a workflow instance: its two runs, the open one's state open and its START delivered
     daily = report(kafka_bootstrap, "daily-2026-01-02", *topics, "--kind", "instance")
