@@ -34,6 +34,7 @@ from olstream.operations.explain_match import (
     RunFinder,
     RunKey,
     StateFinder,
+    events_partition,
     ol_run_id,
     state_key_bytes,
     workflow_facet,
@@ -43,7 +44,9 @@ from olstream.operations.explain_report import ExplainReport
 from olstream.operations.explain_runs import ExplainRequest, FoundRun, RunsFound, build_views
 from olstream.shared.errors import ConfigError
 from olstream.shared.kafka_clients import Kafka
+from olstream.streams.mapping import event_key
 from olstream.streams.runid import timestamp_millis
+from olstream.streams.state_store import loads_state
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +146,7 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
         cut = runs.cut(request.max_runs)
         since = None if not cut.first_ms else cut.first_ms - int(request.time_slack_s * 1000)
         if not cut.runs and events is not None and events.kept:  # its records are gone from the topic
+            # (only an OpenLineage run id finds a run without records: a name raises RunNotFound)
             facet = workflow_facet(events.kept[0][1].value or b"")
             cut = RunsFound((FoundRun((-1, str(facet.get("engineRunId", "?"))), ()),), 1)
             since = events.kept[0][1].timestamp_ms - int(request.time_slack_s * 1000)
@@ -151,12 +155,13 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
             )
         states = _read_states(s, cut, since, notes)
         run_ids = cut.run_ids(states)
-        if events is not None and len(cut.runs) == 1 and cut.runs[0].key not in run_ids:
+        one_id = found_as == "OpenLineage run id" and events is not None and len(cut.runs) == 1
+        if one_id and events is not None and cut.runs[0].key not in run_ids:
             run_ids[cut.runs[0].key] = next(iter(events.run_ids))
-        if events is None or set(run_ids.values()) != events.run_ids:
-            events = _read_events(
-                s, request.events_topic, range(events_n), frozenset(run_ids.values()), since
-            )
+        if events is not None and set(run_ids.values()) <= events.covered:
+            events = events.only(run_ids.values())
+        else:
+            events = _events_of(s, cut, states, frozenset(run_ids.values()), since, events_n)
         dlq_n = reader.partitions(request.dlq_topic)
         dead: list[tuple[str, Found]] = []
         if dlq_n is None:
@@ -198,8 +203,16 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
     since = None
     if rid is not None:
         since = _start_ms(rid, request.time_slack_s)
-        events = _read_events(s, request.events_topic, range(events_n), frozenset({rid}), since, widen=True)
-        facets = [workflow_facet(f.value or b"") for _, f in events.kept]
+        events = _read_events(
+            s,
+            request.events_topic,
+            range(events_n),
+            frozenset({rid}),
+            since,
+            widen=True,
+            engine_run_ids=frozenset({subject}) if kind == "auto" else frozenset(),
+        )
+        facets = [workflow_facet(f.value or b"") for r, f in events.kept if r == rid]
         engine_ids = frozenset(str(f["engineRunId"]) for f in facets if f.get("engineRunId"))
     by_engine_id = kind in ("auto", "engine-run-id")
     by_instance = kind in ("auto", "instance")
@@ -219,8 +232,8 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
     found = RunsFound.of(finders.values())
     if rid is not None:
         mine = tuple(r for r in found.runs if _is_run(r, rid, engine_ids))
-        if mine or (events is not None and events.kept):
-            return RunsFound(mine, len(mine)), "OpenLineage run id", events
+        if mine or (events is not None and any(r == rid for r, _ in events.kept)):
+            return RunsFound(mine, len(mine)), "OpenLineage run id", events and events.only({rid})
         if kind == "run-id":
             raise RunNotFound(f"no run {rid} in {request.records_topic} or {request.events_topic}")
     named = tuple(
@@ -238,7 +251,7 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
     return (
         RunsFound(named, max(len(named), found.matched)),
         ("workflow instance" if as_instance else "engine run id"),
-        None,
+        events,  # a UUID's events scan also kept the events naming it as an engine run id
     )
 
 
@@ -262,28 +275,53 @@ def _start_ms(rid: str, slack_s: float) -> int | None:
 def _read_events(
     s: _Scanner,
     topic: str,
-    partitions: range,
+    partitions: range | set[int],
     run_ids: frozenset[str],
     since: int | None,
     widen: bool = False,
+    engine_run_ids: frozenset[str] = frozenset(),
 ) -> EventFinder:
-    """The messages of `topic` (events or DLQ) of the runs `run_ids`, in partition and offset order."""
+    """The messages of `topic` (events or DLQ) of the runs `run_ids` (and of the runs whose events name
+    one of `engine_run_ids`), in partition and offset order."""
     finders: dict[int, EventFinder] = {}
 
     def make(p: int) -> EventFinder:
-        finders[p] = EventFinder(run_ids)
+        finders[p] = EventFinder(run_ids, engine_run_ids)
         return finders[p]
 
-    if run_ids:
+    if run_ids or engine_run_ids:
         if widen:
-            s.read_widening(topic, partitions, make, since, lambda: any(f.kept for f in finders.values()))
+            s.read_widening(
+                topic,
+                range(max(partitions) + 1) if isinstance(partitions, set) else partitions,
+                make,
+                since,
+                lambda: any(f.kept for f in finders.values()),
+            )
         else:
             s.read(topic, partitions, make, since)
-    merged = EventFinder(run_ids)
-    for p in sorted(finders):
-        merged.kept.extend(finders[p].kept)
-    merged.kept.sort(key=lambda item: (item[1].partition, item[1].offset))
-    return merged
+    return EventFinder(run_ids).merge(finders[p] for p in sorted(finders))
+
+
+def _events_of(
+    s: _Scanner,
+    runs: RunsFound,
+    states: Mapping[RunKey, Found],
+    run_ids: frozenset[str],
+    since: int | None,
+    count: int,
+) -> EventFinder:
+    """The runs' events: in the partitions their event keys hash to when every run's state names its
+    root job (the worker partitions by murmur2), else (or when that finds nothing: the topic grew
+    since) in every partition."""
+    topic = s.request.events_topic
+    keys = [event_key(loads_state(f.value)) for r in runs.runs if (f := states.get(r.key)) and f.value]
+    if runs.runs and len(keys) == len(runs.runs):
+        narrowed = {events_partition(k, count) for k in keys}
+        found = _read_events(s, topic, narrowed, run_ids, since)
+        if found.kept or len(narrowed) == count:
+            return found
+    return _read_events(s, topic, range(count), run_ids, since)
 
 
 def _read_states(s: _Scanner, runs: RunsFound, since: int | None, notes: list[str]) -> dict[RunKey, Found]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -179,12 +180,18 @@ class RunFinder:
 
 
 class EventFinder:
-    """One events (or DLQ) partition's messages of the wanted OpenLineage run ids."""
+    """One events (or DLQ) partition's messages of the wanted OpenLineage run ids, and (`engine_run_ids`)
+    of the runs whose workflow facet names a wanted engine run id: `covered` then holds their run ids,
+    every event of which is kept (each event carries the facet)."""
 
-    def __init__(self, run_ids: frozenset[str]) -> None:
+    def __init__(self, run_ids: frozenset[str], engine_run_ids: frozenset[str] = frozenset()) -> None:
         self.run_ids = run_ids
-        self.needles = [f'"runId":"{r}"'.encode() for r in sorted(run_ids)]
+        self.engine_run_ids = engine_run_ids
+        self.needles = [f'"runId":"{r}"'.encode() for r in sorted(run_ids)] + [
+            b'"engineRunId":' + json.dumps(e, ensure_ascii=False).encode() for e in sorted(engine_run_ids)
+        ]
         self.kept: list[tuple[str, Found]] = []
+        self.covered: set[str] = set(run_ids)
 
     def offer(self, msg: Any) -> None:
         value = msg.value()
@@ -198,8 +205,59 @@ class EventFinder:
         found = found_of(msg)
         rid = header(found, wire.HEADER_RUN_ID)
         run = rid.decode("ascii", "replace") if rid is not None else event_field(value, "run", "runId")
-        if run in self.run_ids:
-            self.kept.append((run, found))
+        if run is None:
+            return
+        if run not in self.run_ids:
+            if not self.engine_run_ids or workflow_facet(value).get("engineRunId") not in self.engine_run_ids:
+                return
+            self.covered.add(run)
+        self.kept.append((run, found))
+
+    def merge(self, others: Iterable[EventFinder]) -> EventFinder:
+        """This finder with the others' finds added, in partition and offset order."""
+        for other in others:
+            self.kept.extend(other.kept)
+            self.covered |= other.covered
+        self.kept.sort(key=lambda item: (item[1].partition, item[1].offset))
+        return self
+
+    def only(self, run_ids: Iterable[str]) -> EventFinder:
+        """A finder holding the finds of `run_ids` alone."""
+        wanted = frozenset(run_ids)
+        out = EventFinder(wanted)
+        out.kept = [item for item in self.kept if item[0] in wanted]
+        return out
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's `Utils.murmur2`, librdkafka's `murmur2_random`), signed 32-bit."""
+    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h ^= data[whole]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def events_partition(key: bytes, partitions: int) -> int:
+    """The events-topic partition of an event key: the worker's producer partitions with murmur2."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def event_field(value: bytes, *path: str) -> str | None:

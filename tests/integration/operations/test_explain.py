@@ -104,6 +104,8 @@ def test_explain_follows_a_delivered_run_and_a_dead_lettered_one_without_moving_
         assert e["dead_letters"] == []
     assert run["dead_letters"] == []
     ok_run_id = run["run_id"]
+    # its state names its root job: only the events partition its key hashes to (murmur2) was read
+    assert [c["partitions"] for c in ok["costs"] if c["topic"] == events] == [1], ok["costs"]
 
     # the same run by its OpenLineage run id: the same records, state and events
     by_id = report(kafka_bootstrap, ok_run_id, *topics)

@@ -23,6 +23,8 @@ from olstream.operations.explain_match import (
     StateFinder,
     avro_string,
     event_field,
+    events_partition,
+    murmur2,
     ol_run_id,
     workflow_facet,
 )
@@ -145,8 +147,11 @@ def _event(run_id: str, event_type: str = "START", parent: str | None = None) ->
     facets: dict[str, Any] = {"workflow": {"engineRunId": "e1", "workflowInstance": "i1"}}
     if parent:
         facets["parent"] = {"run": {"runId": parent}}
-    doc = {"eventTime": "2026-01-01T00:00:00.000000Z", "eventType": event_type,
-           "run": {"runId": run_id, "facets": facets}}  # fmt: skip
+    doc = {
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "eventType": event_type,
+        "run": {"runId": run_id, "facets": facets},
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -197,9 +202,16 @@ def test_an_event_view_says_which_groups_committed_past_it_and_links_its_dlq_cop
     finder = EventFinder(frozenset({rid}))
     finder.offer(Msg(_event(rid), partition=1, offset=5))
     event = finder.kept[0][1]
-    copy = Msg(_event(rid), headers=[(deadletter.ERROR, b"rejected"), (deadletter.HTTP_STATUS, b"400"),
-               (deadletter.SOURCE_TOPIC, b"ev"), (deadletter.SOURCE_PARTITION, b"1"),
-               (deadletter.SOURCE_OFFSET, b"5")])  # fmt: skip
+    copy = Msg(
+        _event(rid),
+        headers=[
+            (deadletter.ERROR, b"rejected"),
+            (deadletter.HTTP_STATUS, b"400"),
+            (deadletter.SOURCE_TOPIC, b"ev"),
+            (deadletter.SOURCE_PARTITION, b"1"),
+            (deadletter.SOURCE_OFFSET, b"5"),
+        ],
+    )
     dlq = EventFinder(frozenset({rid}))
     dlq.offer(copy)
     dead = dead_letter_view("ev.dlq", dlq.kept[0][1])
@@ -207,8 +219,10 @@ def test_an_event_view_says_which_groups_committed_past_it_and_links_its_dlq_cop
     view = event_view("ev", event, {"sink-a": {1: 6}, "sink-b": {1: 5}, "sink-c": {0: 9}}, [dead])
     assert (view.type, view.event_time) == ("START", "2026-01-01T00:00:00.000000Z")  # from the JSON
     assert [(g.group, g.committed, g.past) for g in view.groups] == [
-        ("sink-a", 6, True), ("sink-b", 5, False), ("sink-c", None, False)
-    ]  # fmt: skip
+        ("sink-a", 6, True),
+        ("sink-b", 5, False),
+        ("sink-c", None, False),
+    ]
     assert view.dead_letters == (dead,)
 
 
@@ -241,8 +255,11 @@ def test_the_report_renders_as_lines_and_json_with_secrets_redacted() -> None:
     assert "read rec: 2 partitions, 10 messages, 0.50 s" in text
     doc = json.loads(report.to_json())
     assert doc["runs"][0]["records"][0]["kafka"] == {
-        "topic": "rec", "partition": 0, "offset": 0, "time": "1970-01-01T00:00:05.000Z"
-    }  # fmt: skip
+        "topic": "rec",
+        "partition": 0,
+        "offset": 0,
+        "time": "1970-01-01T00:00:05.000Z",
+    }
     assert doc["runs"][0]["job"].startswith("postgres://")
     many = "\n".join(_report(runs_matched=3).lines())
     assert "1 of 3 runs, the latest; raise --max-runs" in many
@@ -315,8 +332,10 @@ def test_the_event_log_adds_the_rows_the_records_topic_lacks_and_finds_runs_only
     notes: list[str] = []
     [more] = add_log_rows(url, [view], notes)
     assert [(r.type, r.log_offset, r.kafka is None) for r in more.records] == [
-        ("RunStarted", 0, False), ("DatasetDeclared", 1, True), ("RunEnded", 2, True)
-    ]  # fmt: skip
+        ("RunStarted", 0, False),
+        ("DatasetDeclared", 1, True),
+        ("RunEnded", 2, True),
+    ]
     assert notes == ["read the event log: 1 partitions, 4 rows"]
     only = runs_only_in_log(url, daily, "instance", 10)
     assert [(v.engine_run_id, len(v.records), v.state.status) for v in only] == [
@@ -326,3 +345,32 @@ def test_the_event_log_adds_the_rows_the_records_topic_lacks_and_finds_runs_only
     assert "not in the records topic" in only[0].state.detail
     assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1)] == ["r2"]
     assert runs_only_in_log(url, "nobody", "engine-run-id", 10) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [  # Kafka's UtilsTest vectors for Utils.murmur2
+        ("21", -973932308),
+        ("foobar", -790332482),
+        ("a-little-bit-long-string", -985981536),
+        ("a-little-bit-longer-string", -1486304829),
+        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        ("abc", 479470107),
+        ("1", -1993445489),
+        ("12", 126087238),
+    ],
+)
+def test_murmur2_is_kafkas(key: str, expected: int) -> None:
+    assert murmur2(key.encode()) == expected
+    assert events_partition(key.encode(), 6) == (expected & 0x7FFFFFFF) % 6
+
+
+def test_an_event_finder_by_engine_run_id_covers_the_runs_it_finds() -> None:
+    rid, other = "0190a0a0-0000-7000-8000-000000000001", "0190a0a0-0000-7000-8000-000000000009"
+    finder = EventFinder(frozenset({"0190a0a0-0000-7000-8000-00000000000f"}), frozenset({"e1"}))
+    finder.offer(Msg(_event(rid), headers=[(wire.HEADER_RUN_ID, rid.encode())]))  # its facet names e1
+    finder.offer(Msg(_event(other).replace(b'"e1"', b'"e2"'), offset=1))
+    assert [r for r, _ in finder.kept] == [rid] and rid in finder.covered and other not in finder.covered
+    merged = EventFinder(frozenset()).merge([finder, finder.only({rid})])
+    assert [r for r, _ in merged.kept] == [rid, rid] and rid in merged.covered
+    assert finder.only({other}).kept == []
