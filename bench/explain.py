@@ -9,8 +9,9 @@ per run: 210,000 runs give about 990,000 records); an events topic with --events
 events per run (about 1 KB each, with the worker's headers) and, among them, a START and a
 COMPLETE of the target run (a run near the end of its partition); a DLQ holding a copy of the
 target's COMPLETE without headers (found through its payload's run id); a sink group whose
-committed offsets are past every event. No worker runs, so the state changelog does not exist
-(explain notes it).
+committed offsets are past every event; a state changelog of half as many writes as records
+(other runs' keys) ending with the target's state, as the worker's pure step computes it, so its
+events are looked for only in the partition its key hashes to.
 
 Then, each --repeat times, `olstream explain --json` as a subprocess (wall time includes Python's
 start-up) for: the target's engine run id, its OpenLineage run id (the events topic read from the
@@ -40,8 +41,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 from olstream.contract import codec, wire  # noqa: E402
 from olstream.contract.records import RunStarted  # noqa: E402
-from olstream.operations.explain_match import ol_run_id  # noqa: E402
+from olstream.operations.explain_match import avro_string, events_partition, ol_run_id  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
+from olstream.streams.mapping import event_key  # noqa: E402
+from olstream.streams.state_store import dumps_state  # noqa: E402
+from tests.support.stream_records import Harness  # noqa: E402
 from tests.support.stream_support import produce_rows, simulated_rows  # noqa: E402
 
 PAD = "x" * 700
@@ -63,7 +67,9 @@ def event(run_id: str, kind: str, n: int) -> tuple[bytes, list[tuple[str, bytes]
     return value, headers
 
 
-def fill_events(bootstrap: str, topic: str, dlq: str, runs: int, per_run: int, target: str) -> int:
+def fill_events(
+    bootstrap: str, topic: str, dlq: str, runs: int, per_run: int, target: str, target_partition: int
+) -> int:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True})
     n = 0
     kinds = ["START", *["RUNNING"] * max(0, per_run - 2), "COMPLETE"][:per_run]
@@ -81,7 +87,7 @@ def fill_events(bootstrap: str, topic: str, dlq: str, runs: int, per_run: int, t
         if r == runs * 9 // 10:  # the target's events, among the others
             for kind in ("START", "COMPLETE"):
                 value, headers = event(target, kind, r)
-                p.produce(topic, value, b"run:bench/target", 0, headers=headers)
+                p.produce(topic, value, b"run:bench/target", target_partition, headers=headers)
                 n += 1
     value, _ = event(target, "COMPLETE", 0)
     p.produce(dlq, value, b"run:bench/target", 0)  # a DLQ copy without headers
@@ -89,12 +95,31 @@ def fill_events(bootstrap: str, topic: str, dlq: str, runs: int, per_run: int, t
     return n
 
 
+def fill_changelog(
+    bootstrap: str, topic: str, writes: int, partitions: int, key: bytes, value: bytes, home: int
+) -> None:
+    """`writes` state writes of other runs over the partitions (a changelog before compaction), the
+    target's last among its home partition's."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True})
+    for i in range(writes):
+        while True:
+            try:
+                p.produce(topic, value, f"{i % 8}:filler-{i}".encode(), i % partitions)
+                break
+            except BufferError:
+                p.poll(0.1)
+    p.produce(topic, value, key, home)
+    assert p.flush(120) == 0
+
+
 def commit_everything(bootstrap: str, topic: str, group: str, partitions: int) -> None:
     """Commit the end offsets of `topic` for `group` (a group nobody runs), so every event is 'past'."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        ends = [TopicPartition(topic, p, c.get_watermark_offsets(TopicPartition(topic, p))[1])
-                for p in range(partitions)]  # fmt: skip
+        ends = [
+            TopicPartition(topic, p, c.get_watermark_offsets(TopicPartition(topic, p))[1])
+            for p in range(partitions)
+        ]
         c.commit(offsets=ends, asynchronous=False)
     finally:
         c.close()
@@ -105,10 +130,25 @@ def explain(
 ) -> tuple[int, float, dict[str, object]]:
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "olstream", "explain", subject, "--json", "--bootstrap", bootstrap,
-         "--scan-threads", str(threads), *topics],
-        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "olstream",
+            "explain",
+            subject,
+            "--json",
+            "--bootstrap",
+            bootstrap,
+            "--scan-threads",
+            str(threads),
+            *topics,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
     wall = time.monotonic() - began
     doc = json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()}
     return done.returncode, wall, doc
@@ -147,13 +187,36 @@ def main() -> None:
     target = mine[len(mine) * 9 // 10]
     assert isinstance(target, RunStarted)
     target_id = ol_run_id(target)
+    needle = avro_string(target.engine_run_id)
+    harness = Harness()
+    for row in rows:
+        if row.partition == target.partition and needle in row.payload:
+            record = codec.decode(row.payload)
+            if record.engine_run_id == target.engine_run_id:
+                harness.feed(record)
+    state = harness.state(target.engine_run_id, target.partition)
+    changelog = f"bench-{tag}-runs-changelog"
 
     began = time.monotonic()
     ensure_topic(args.bootstrap, records, args.partitions)
     ensure_topic(args.bootstrap, events, args.partitions)
     ensure_topic(args.bootstrap, dlq, args.partitions)
     produced = produce_rows(args.bootstrap, records, rows)
-    n_events = fill_events(args.bootstrap, events, dlq, args.runs, args.events_per_run, target_id)
+    home = target.partition % args.partitions  # the records topic's placement: modulo
+    ensure_topic(args.bootstrap, changelog, args.partitions, {"cleanup.policy": "compact"})
+    fill_changelog(
+        args.bootstrap,
+        changelog,
+        len(rows) // 2,
+        args.partitions,
+        state.key.encode(),
+        dumps_state(state),
+        home,
+    )
+    target_partition = events_partition(event_key(state), args.partitions)
+    n_events = fill_events(
+        args.bootstrap, events, dlq, args.runs, args.events_per_run, target_id, target_partition
+    )
     commit_everything(args.bootstrap, events, group, args.partitions)
     print(
         f"published {produced:,} records, {n_events:,} events in {time.monotonic() - began:.1f} s", flush=True
@@ -180,29 +243,27 @@ def main() -> None:
         for _ in range(args.repeat):
             for name, subject in cases:
                 rc, wall, doc = explain(args.bootstrap, subject, topics, threads)
-                read: dict[str, int] = {}
+                read: dict[str, list[float]] = {}
                 for cost in doc.get("costs", []):  # type: ignore[attr-defined]
-                    read[cost["topic"]] = read.get(cost["topic"], 0) + cost["messages"]
+                    seen = read.setdefault(cost["topic"], [0, 0.0, 0])
+                    seen[0] += cost["messages"]
+                    seen[1] += cost["seconds"]
+                    seen[2] = max(seen[2], cost["partitions"])
                 runs = doc.get("runs", [])
                 found = f"{len(runs)} runs" if rc == 0 else f"exit {rc}"  # type: ignore[arg-type]
                 events_seen = sum(len(r["events"]) for r in runs)  # type: ignore[union-attr]
                 dead = sum(len(r["dead_letters"]) for r in runs)  # type: ignore[union-attr]
-                rows_out.append(
-                    (
-                        threads,
-                        name,
-                        found,
-                        events_seen,
-                        dead,
-                        read.get(records, 0),
-                        read.get(events, 0),
-                        doc.get("seconds"),
-                        wall,
-                    )
-                )
+                cells = [str(threads), name, found, str(events_seen), str(dead)]
+                for topic in (records, events, changelog):
+                    n, secs, parts = read.get(topic, [0, 0.0, 0])
+                    cells.append(f"{int(n):,} ({int(parts)} p) {secs:.1f} s" if n else "-")
+                total = doc.get("seconds")
+                cells += ["-" if total is None else f"{total:.2f}", f"{wall:.2f}"]  # type: ignore[str-format]
+                rows_out.append(cells)
     print()
     print(
-        f"records topic: {produced:,} messages over {args.partitions} partitions; events topic: {n_events:,}"
+        f"records topic: {produced:,} messages over {args.partitions} partitions; "
+        f"events topic: {n_events:,}; changelog: {len(rows) // 2 + 1:,}"
     )
     head = (
         "scan threads",
@@ -212,14 +273,14 @@ def main() -> None:
         "DLQ copies",
         "records read",
         "events read",
+        "changelog read",
         "explain s",
         "wall s",
     )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for threads, name, found, ev, dead, rr, er, secs, wall in rows_out:
-        shown = "-" if secs is None else f"{secs:.2f}"
-        print(f"| {threads} | {name} | {found} | {ev} | {dead} | {rr:,} | {er:,} | {shown} | {wall:.2f} |")
+    for cells in rows_out:
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
