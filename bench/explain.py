@@ -51,10 +51,11 @@ from tests.support.stream_support import produce_rows, simulated_rows  # noqa: E
 PAD = "x" * 700
 
 
-def event(run_id: str, kind: str, n: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+def event(run_id: str, kind: str, n: int, engine_run_id: str) -> tuple[bytes, list[tuple[str, bytes]]]:
     t = f"2026-01-01T00:00:{n % 60:02d}.000000Z"
+    facets = f'"pad":"{PAD}","workflow":{{"engineRunId":"{engine_run_id}"}}'
     value = (
-        f'{{"eventTime":"{t}","eventType":"{kind}","run":{{"runId":"{run_id}","facets":{{"pad":"{PAD}"}}}},'
+        f'{{"eventTime":"{t}","eventType":"{kind}","run":{{"runId":"{run_id}","facets":{{{facets}}}}},'
         f'"job":{{"namespace":"bench","name":"job-{n % 50}"}},"inputs":[],"outputs":[]}}'
     ).encode()
     headers = [
@@ -68,7 +69,14 @@ def event(run_id: str, kind: str, n: int) -> tuple[bytes, list[tuple[str, bytes]
 
 
 def fill_events(
-    bootstrap: str, topic: str, dlq: str, runs: int, per_run: int, target: str, target_partition: int
+    bootstrap: str,
+    topic: str,
+    dlq: str,
+    runs: int,
+    per_run: int,
+    target: str,
+    target_partition: int,
+    target_engine_id: str,
 ) -> int:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True})
     n = 0
@@ -76,7 +84,7 @@ def fill_events(
     for r in range(runs):
         rid = str(uuid.UUID(int=(0x0190_0000_0000_7000_8000_0000_0000_0000 | r)))
         for kind in kinds:
-            value, headers = event(rid, kind, r)
+            value, headers = event(rid, kind, r, f"engine-{r}")
             while True:
                 try:
                     p.produce(topic, value, f"run:bench/job-{r % 50}".encode(), headers=headers)
@@ -86,10 +94,10 @@ def fill_events(
             n += 1
         if r == runs * 9 // 10:  # the target's events, among the others
             for kind in ("START", "COMPLETE"):
-                value, headers = event(target, kind, r)
+                value, headers = event(target, kind, r, target_engine_id)
                 p.produce(topic, value, b"run:bench/target", target_partition, headers=headers)
                 n += 1
-    value, _ = event(target, "COMPLETE", 0)
+    value, _ = event(target, "COMPLETE", 0, target_engine_id)
     p.produce(dlq, value, b"run:bench/target", 0)  # a DLQ copy without headers
     assert p.flush(120) == 0
     return n
@@ -215,7 +223,14 @@ def main() -> None:
     )
     target_partition = events_partition(event_key(state), args.partitions)
     n_events = fill_events(
-        args.bootstrap, events, dlq, args.runs, args.events_per_run, target_id, target_partition
+        args.bootstrap,
+        events,
+        dlq,
+        args.runs,
+        args.events_per_run,
+        target_id,
+        target_partition,
+        target.engine_run_id,
     )
     commit_everything(args.bootstrap, events, group, args.partitions)
     print(

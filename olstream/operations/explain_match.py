@@ -179,6 +179,11 @@ class RunFinder:
         return {**self.loose, **self.runs}
 
 
+RUN_MARK = b'"run":{"runId":"'
+"""What precedes the run id in an event's canonical JSON (`olstream.streams.mapping`): `run` comes
+right after `eventType`, before any facet."""
+
+
 class EventFinder:
     """One events (or DLQ) partition's messages of the wanted OpenLineage run ids, and (`engine_run_ids`)
     of the runs whose workflow facet names a wanted engine run id: `covered` then holds their run ids,
@@ -187,8 +192,13 @@ class EventFinder:
     def __init__(self, run_ids: frozenset[str], engine_run_ids: frozenset[str] = frozenset()) -> None:
         self.run_ids = run_ids
         self.engine_run_ids = engine_run_ids
-        self.needles = [f'"runId":"{r}"'.encode() for r in sorted(run_ids)] + [
+        self.run_id_bytes = frozenset(r.encode("ascii", "replace") for r in run_ids)
+        self.engine_needles = [
             b'"engineRunId":' + json.dumps(e, ensure_ascii=False).encode() for e in sorted(engine_run_ids)
+        ]
+        # JSON in another layout (spaces): the bare strings, confirmed by parsing
+        self.needles = sorted(self.run_id_bytes) + [
+            json.dumps(e, ensure_ascii=False).encode() for e in engine_run_ids
         ]
         self.kept: list[tuple[str, Found]] = []
         self.covered: set[str] = set(run_ids)
@@ -197,10 +207,14 @@ class EventFinder:
         value = msg.value()
         if not value:
             return
-        for n in self.needles:
-            if n in value:
-                break
-        else:
+        at = value.find(RUN_MARK)
+        if at >= 0:  # the event's own run id comes first (a parent's, in a facet, after it): one look-up
+            start = at + len(RUN_MARK)
+            if value[start : start + 36] not in self.run_id_bytes and not any(
+                n in value for n in self.engine_needles
+            ):
+                return
+        elif not any(n in value for n in self.needles):  # JSON in another layout
             return
         found = found_of(msg)
         rid = header(found, wire.HEADER_RUN_ID)

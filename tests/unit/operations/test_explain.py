@@ -163,7 +163,10 @@ def test_an_event_finder_confirms_by_header_or_by_the_payload_when_a_copy_has_no
     finder.offer(Msg(_event(rid, "COMPLETE"), offset=2))  # a DLQ copy without the header
     finder.offer(Msg(_event(child, parent=rid), offset=3))  # its parent's id in its payload only
     finder.offer(Msg(None, offset=4))
-    assert [(r, f.offset) for r, f in finder.kept] == [(rid, 0), (rid, 2)]
+    spaced = json.dumps(json.loads(_event(rid, "COMPLETE")), indent=1).encode()  # another producer's layout
+    finder.offer(Msg(spaced, offset=5))
+    finder.offer(Msg(json.dumps(json.loads(_event(child, parent=rid)), indent=1).encode(), offset=6))
+    assert [(r, f.offset) for r, f in finder.kept] == [(rid, 0), (rid, 2), (rid, 5)]
     assert event_field(_event(rid), "run", "runId") == rid
     assert event_field(b"not json", "run") is None
     assert workflow_facet(_event(rid))["engineRunId"] == "e1" and workflow_facet(b"{}") == {}
