@@ -114,3 +114,5 @@ def read_properties(path: Path, what: str) -> dict[str, str]:
     except OSError as e:
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from e
     return parse_properties(text, f"{what} {path}")
+
+
