@@ -215,13 +215,8 @@ def read_topic(
                 _, ts = msg.timestamp()
                 records.append(
                     ErrorRecord(
-                        topic,
-                        part,
-                        offset,
-                        max(ts, 0),
-                        msg.value() or b"",
-                        _headers(msg.headers()),
-                        msg.key(),
+                        topic, part, offset, max(ts, 0), msg.value() or b"",
+                        _headers(msg.headers()), msg.key(),
                     )
                 )
                 if offset + 1 >= end:

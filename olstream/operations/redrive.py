@@ -175,7 +175,9 @@ def plan(records: Iterable[ErrorRecord], max_attempts: int, to_topic: str | None
         headers = _redrive_headers(record)
         if kind_of(record) is Kind.WORKER:
             kept = tuple(
-                (name, raw) for name in wire.RECORD_HEADERS if (raw := record.header(name)) is not None
+                (name, raw)
+                for name in wire.RECORD_HEADERS
+                if (raw := record.header(name)) is not None
             )
             headers = (*kept, *headers)
         else:

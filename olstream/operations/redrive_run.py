@@ -60,7 +60,9 @@ def _row_plan(kafka: Kafka, rows: Sequence[ErrorRecord], request: RedriveRequest
             found = store.read(partition, offset - 1, 1)
             return found[0] if found and found[0].offset == offset else None
 
-        return redrive.plan_rows(rows, read_row, RowChecker(), placement, records_topic, request.max_attempts)
+        return redrive.plan_rows(
+            rows, read_row, RowChecker(), placement, records_topic, request.max_attempts
+        )
     finally:
         store.close()
 
