@@ -200,6 +200,7 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
     rid = ol_uuid(subject) if kind in ("auto", "run-id") else None
     events: EventFinder | None = None
     engine_ids: frozenset[str] = frozenset()
+    by_engine_event = False
     since = None
     if rid is not None:
         since = _start_ms(rid, request.time_slack_s)
@@ -214,6 +215,8 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
         )
         facets = [workflow_facet(f.value or b"") for r, f in events.kept if r == rid]
         engine_ids = frozenset(str(f["engineRunId"]) for f in facets if f.get("engineRunId"))
+        # events that name RUN as their engine run id: RUN is one, and its string finds its records
+        by_engine_event = bool(events.covered - {rid})
     by_engine_id = kind in ("auto", "engine-run-id")
     by_instance = kind in ("auto", "instance")
     finders: dict[int, RunFinder] = {}
@@ -224,7 +227,8 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
             instance=subject if by_instance else None,
             run_ids=frozenset({rid}) if rid else frozenset(),
             max_runs=request.max_runs,
-            decode_starts=not engine_ids,  # the events named the engine run id: its string finds the start
+            # decode every start only when no event told which engine run id to look for
+            decode_starts=not engine_ids and not by_engine_event,
         )
         return finders[p]
 
