@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "olstream.cli.tools",  # olstream demo, graph, status, marquez
     "olstream.cli.errors",  # olstream errors list|show
     "olstream.cli.replay",  # olstream replay
+    "olstream.cli.explain",  # olstream explain RUN
 )
 
 

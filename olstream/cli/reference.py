@@ -41,6 +41,7 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "marquez up|down|status": ("marquez", infra.MARQUEZ),
     "demo": ("demo", infra.DEMO),
     "status": ("status", infra.STATUS),
+    "explain": ("explain", infra.EXPLAIN),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""
 
@@ -60,7 +61,8 @@ The file is YAML, named by `--config FILE` or `OLSTREAM_CONFIG`. Keys are the se
 below (the flag without its dashes, `_` for `-`). Its top level holds only the settings every
 command shares: `bootstrap`, `log_format` and `log_level`. Everything else goes in the section
 of its command (`source:`, `worker:`, `sink:`, `simulate:`, `replay:`, `kafka:`, `mirror:`,
-`postgres:`, `marquez:`, `demo:`, `status:`), which also wins over the top level. The same name means
+`postgres:`, `marquez:`, `demo:`, `status:`, `explain:`), which also wins over the top level. The
+same name means
 different things to different commands (`batch_size` is rows per read for the source and records
 per batch for the worker), so any other top-level key is an error. A key of a section that its command does
 not declare is ignored (`kafka:` serves `up`, `down` and `status`). One file can serve a whole

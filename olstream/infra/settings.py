@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from olstream.contract import topics
 from olstream.eventlog.settings import LOG_URL
 from olstream.infra import marquez, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
@@ -137,6 +138,62 @@ DEMO = (
 STATUS = (BOOTSTRAP, *KAFKA_CLIENT_SETTINGS, _timeout(10.0, "seconds to wait for the broker"))
 ERRORS_REDRIVE = (*STATUS, LOG_URL)
 """`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
+
+
+def _topic(key: str, default: str, what: str) -> Setting:
+    return Setting(key, default, what, env="")
+
+
+def _group_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError("expected consumer group names separated by commas")
+    return names
+
+
+EXPLAIN = (
+    *STATUS,
+    _topic("records_topic", topics.EVENTLOG, "records topic (the source's output, the worker's input)"),
+    _topic("events_topic", topics.RUN_EVENTS, "events topic (the worker's output, the sinks' input)"),
+    _topic("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic"),
+    Setting(
+        "app_id", "olstream-stream", "the worker's app id: its group, and its state `{app_id}-runs-changelog`"
+    ),
+    Setting(
+        "sink_groups",
+        None,
+        "sink consumer groups, comma-separated [every group with a commit on the events topic]",
+        parse=_group_list,
+        env="",
+    ),
+    Setting(
+        "max_runs",
+        10,
+        "runs shown at most (a workflow instance has many; the latest)",
+        parse=int,
+        env="",
+        check=at_least(1),
+    ),
+    Setting(
+        "time_slack",
+        600.0,
+        "seconds between hosts' clocks allowed for: topics are read from a run's start (or first record) "
+        "less this",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "scan_threads",
+        4,
+        "consumers reading a topic's partitions in parallel",
+        parse=int,
+        env="",
+        check=at_least(1),
+    ),
+    LOG_URL,
+)
+"""`olstream explain`: the broker, the pipeline's topics and groups, and (optionally) the event log."""
 
 
 def local_postgres(environ: Mapping[str, str]) -> postgres.PostgresSettings:

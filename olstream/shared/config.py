@@ -187,6 +187,7 @@ SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
 FILE_SECTIONS = (
     "source", "worker", "sink", "simulate", "kafka", "mirror", "postgres", "marquez", "demo", "status",
     "replay",
+    "explain",
 )  # fmt: skip
 """The sections of the configuration file: one per command (kafka, postgres, marquez: every action)."""
 
