@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from olstream.shared.config import Setting, add_flags, add_print_config
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
-from olstream.shared.logs import setup_logging
+from olstream.shared.logs import redact, setup_logging
+from olstream.shared.moments import parse_moment
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -81,6 +83,13 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", type=int, default=None, help="only this partition")
     p.add_argument("--from-offset", type=int, default=None, help="only offsets from this one")
     p.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
+    p.add_argument(
+        "--since",
+        default=None,
+        help="only records produced at or after this time: ISO (2024-05-01T12:00:00Z) or a duration back "
+        "from now (2h, 30m, 1d); message timestamps, not eventTime",
+    )
+    p.add_argument("--until", default=None, help="only records produced before this time, as --since")
 
 
 def _read(
@@ -96,15 +105,19 @@ def _read(
         check_connection(kafka, r["timeout"])
         return read_topics(kafka, names, r["timeout"])
     except KafkaAuthError as e:
-        print(f"{what}: {e}", file=sys.stderr)
+        print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
     except OlstreamError as e:  # a missing topic, a broker that does not answer
-        print(f"{what}: {e}", file=sys.stderr)
+        print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.CONFIG
 
 
 def _selection(args: argparse.Namespace) -> Selection:
-    return Selection(args.reason, args.partition, args.from_offset, args.to_offset)
+    """The records chosen by the flags; a time that is neither ISO nor a duration is `ConfigError`."""
+    now = datetime.now(UTC)
+    since = parse_moment(args.since, now, "--since") if args.since else None
+    until = parse_moment(args.until, now, "--until") if args.until else None
+    return Selection(args.reason, args.partition, args.from_offset, args.to_offset, since, until)
 
 
 def _run_list(args: argparse.Namespace) -> int:
@@ -193,10 +206,10 @@ def _run_redrive(args: argparse.Namespace) -> int:
     try:
         report = run_redrive(connection_of(r), chosen, request)
     except KafkaAuthError as e:
-        print(f"{what}: {e}", file=sys.stderr)
+        print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
     except OlstreamError as e:
-        print(f"{what}: {e}", file=sys.stderr)
+        print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.CONFIG
     for line in report.lines:
         print(line)
@@ -204,3 +217,8 @@ def _run_redrive(args: argparse.Namespace) -> int:
         print(f"{what}: none of the {len(chosen):,} selected records can be re-driven", file=sys.stderr)
         return ExitCode.CONFIG
     return ExitCode.OK
+
+
+def one_line(e: Exception) -> str:
+    """An error as one line, its secrets redacted (a URL's password, a key)."""
+    return " ".join(redact(str(e)).split())

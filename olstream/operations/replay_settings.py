@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from olstream.connectors.sink.bounds import TimeRange, format_ms
 from olstream.connectors.sink.settings import SINK_SETTINGS, SinkSettings
 from olstream.shared.config import Setting, at_least, resolve
 from olstream.shared.errors import ConfigError
+from olstream.shared.moments import parse_moment
 
 REPLAY_SETTINGS = (
     Setting(
@@ -76,27 +76,6 @@ ends at its range's end, joins as a dynamic member and serves no metrics."""
 
 REPLAY_KEYS = frozenset(s.key for s in REPLAY_SETTINGS)
 GROUP_PREFIX = "olstream-replay"
-_DURATION = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_moment(text: str, now: datetime, what: str) -> int:
-    """`text` as ms since the epoch: a duration back from `now` (`2h`, `1h30m`) or an ISO time."""
-    given = text.strip()
-    if given and _DURATION.sub("", given) == "":
-        delta = timedelta()
-        for amount, unit in _DURATION.findall(given):
-            delta += timedelta(**{_UNITS[unit]: int(amount)})
-        return int((now - delta).timestamp() * 1000)
-    try:
-        when = datetime.fromisoformat(given.replace("Z", "+00:00") if given.endswith("Z") else given)
-    except ValueError:
-        raise ConfigError(
-            f"{what} {text!r} is neither an ISO time (2024-05-01T12:00:00Z) nor a duration (2h, 30m, 1d)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
 
 
 @dataclass(frozen=True)

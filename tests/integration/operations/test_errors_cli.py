@@ -79,6 +79,18 @@ def test_list_show_and_raw_over_real_error_topics(
     assert f"cut to its first {deadletter.COPY_LIMIT} bytes" in cut.stdout
     assert "not re-drivable from this copy" in cut.stdout
 
+    # a time range selects by the messages' timestamps: only the second of the three
+    timed = olstream(
+        kafka_bootstrap, "errors", "show", dlq,
+        "--since", "2023-11-14T22:13:20.001Z", "--until", "2023-11-14T22:13:20.002Z",
+    )  # fmt: skip
+    assert timed.returncode == 0, timed.stderr
+    assert "2023-11-14T22:13:20.001Z" in timed.stdout, timed.stdout
+    assert "20.000Z" not in timed.stdout and "20.002Z" not in timed.stdout, timed.stdout
+    assert "more records match" not in timed.stdout, timed.stdout
+    bad_time = olstream(kafka_bootstrap, "errors", "show", dlq, "--since", "yesterday")
+    assert bad_time.returncode == 2 and len(bad_time.stderr.strip().splitlines()) == 1, bad_time.stderr
+
     many = olstream(kafka_bootstrap, "errors", "show", dlq, "--raw", str(raw))
     assert many.returncode == 2 and "4 match" in many.stderr
 
