@@ -17,7 +17,7 @@ from typing import Any
 
 from olstream.contract.records import RunStarted
 from olstream.eventlog.store import EventLogStore, StoredRow
-from olstream.eventlog.stores import open_store
+from olstream.eventlog.stores import open_existing_store
 from olstream.operations.explain_match import RunFinder
 from olstream.operations.explain_report import LogRecordView, RunView, StateView
 from olstream.operations.explain_runs import record_time
@@ -72,7 +72,7 @@ def read_runs(store: EventLogStore, partitions: Sequence[int], finder: RunFinder
 
 def add_log_rows(url: str, views: Sequence[RunView], notes: list[str]) -> list[RunView]:
     """`views` with the rows the event log holds of each run that the records topic lacks."""
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         wanted = sorted({v.log_partition for v in views if v.log_partition in store.partitions()})
         finder = RunFinder(engine_run_ids=frozenset(v.engine_run_id for v in views), max_runs=len(views) or 1)
@@ -105,7 +105,7 @@ def runs_only_in_log(url: str, subject: str, kind: str, max_runs: int) -> list[R
     partition; an engine run id every one."""
     from olstream.eventlog.writer import partition_for
 
-    store = open_store(url)
+    store = open_existing_store(url)
     try:
         partitions = store.partitions()
         if kind == "instance":

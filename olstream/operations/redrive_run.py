@@ -45,13 +45,13 @@ def records_topic_of(errors_topic: str) -> str:
 def _row_plan(kafka: Kafka, rows: Sequence[ErrorRecord], request: RedriveRequest) -> Plan:
     from olstream.connectors.source.resume import placement_of
     from olstream.connectors.source.rowcheck import RowChecker
-    from olstream.eventlog.stores import open_store
+    from olstream.eventlog.stores import open_existing_store
 
     if request.log_url is None:
         return Plan(skipped=[(r, "source row: give --log to re-read it from the event log") for r in rows])
     records_topic = request.to_topic or records_topic_of(request.topic)
     placement = placement_of(kafka, records_topic, timeout=request.timeout)
-    store = open_store(request.log_url)
+    store = open_existing_store(request.log_url)
     try:
 
         def read_row(partition: int, offset: int) -> StoredRow | None:
