@@ -16,7 +16,6 @@ import threading
 from types import FrameType
 from typing import Any
 
-from olstream.connectors.source.run import run_source
 from olstream.connectors.source.settings import SOURCE_SETTINGS, SourceSettings, resolve_source_settings
 from olstream.shared.config import add_flags, add_print_config, print_config
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
@@ -56,6 +55,8 @@ def main(args: argparse.Namespace) -> int:
     stop = threading.Event()
     _install_signal_handlers(stop)
     install_stop_deadline(settings.stop_timeout, "source")  # chained after the handlers above
+    from olstream.connectors.source.run import run_source  # registers the source's metrics: only here
+
     if settings.metrics_port:
         serve_metrics(settings.metrics_port, settings.metrics_host)
     try:
