@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from olstream.contract.placement import MAPPING_KEY, Placement, Scheme
 from olstream.contract.topics import offsets_topic_of
 from olstream.contract.wire import HEADER_OFFSET, HEADER_PARTITION
+from olstream.shared.deadletter import REDRIVE_ATTEMPT
 from olstream.shared.errors import InfrastructureError, PlacementError
 from olstream.shared.kafka_admin import ensure_topic, not_ready
 from olstream.shared.kafka_clients import Kafka, consumer_config, producer_config
@@ -42,12 +43,16 @@ RawHeaders = Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | 
 
 
 def position_of(headers: RawHeaders) -> tuple[int, int] | None:
-    """(log partition, offset) named by a message's headers, or None when they are absent."""
+    """(log partition, offset) named by a message's headers, or None when they are absent, or when
+    the message is a copy `olstream errors redrive` sent (`olstream.redrive.attempt`): it carries
+    an old row's position at the topic's end, which says nothing of where the source stands."""
     partition = offset = None
     items = headers.items() if isinstance(headers, dict) else headers or ()
     for name, value in items:
         if value is None:
             continue
+        if name == REDRIVE_ATTEMPT:
+            return None
         if name == HEADER_PARTITION:
             partition = int(value)
         elif name == HEADER_OFFSET:

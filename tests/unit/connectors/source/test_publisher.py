@@ -105,6 +105,9 @@ def test_position_from_headers_and_merging_topics() -> None:
     assert position_of({"olstream.partition": b"4", "olstream.offset": b"1"}) == (4, 1)
     assert position_of([("olstream.partition", b"4")]) is None
     assert position_of(None) is None
+    # a row re-driven by `olstream errors redrive` sits at the topic's end with its old position
+    redriven = [("olstream.partition", b"4"), ("olstream.offset", b"1"), ("olstream.redrive.attempt", b"1")]
+    assert position_of(redriven) is None
     assert merge_positions({0: 5, 1: 7}, {1: 9, 2: 0}, {}) == {0: 5, 1: 9, 2: 0}
 
 
