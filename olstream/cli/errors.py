@@ -213,7 +213,7 @@ def _run_redrive(args: argparse.Namespace) -> int:
         return ExitCode.CONFIG
     for line in report.lines:
         print(line)
-    if report.sent == 0 and not args.dry_run:
+    if report.sent == 0 and report.returned == 0 and not args.dry_run:  # nothing was written
         print(f"{what}: none of the {len(chosen):,} selected records can be re-driven", file=sys.stderr)
         return ExitCode.CONFIG
     return ExitCode.OK

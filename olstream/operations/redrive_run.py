@@ -31,6 +31,7 @@ class RedriveRequest:
 class RedriveReport:
     lines: tuple[str, ...]
     sent: int  # 0 when nothing could be re-driven, or a dry run
+    returned: int = 0  # source rows that failed their check again, written back to their errors topic
 
 
 def records_topic_of(errors_topic: str) -> str:
@@ -94,6 +95,7 @@ def run_redrive(kafka: Kafka, chosen: Sequence[ErrorRecord], request: RedriveReq
     if not the_plan.sends:
         if the_plan.failed_again and not request.dry_run:
             redrive.send(kafka, the_plan.failed_again, request.timeout)
+            return RedriveReport(tuple(lines), 0, len(the_plan.failed_again))
         return RedriveReport(tuple(lines), 0)
     targets = Counter((s.topic, s.partition) for s in the_plan.sends)
     where = ", ".join(f"{t}[{p}] {n:,}" for (t, p), n in sorted(targets.items()))
@@ -104,4 +106,4 @@ def run_redrive(kafka: Kafka, chosen: Sequence[ErrorRecord], request: RedriveReq
     if request.dry_run:
         return RedriveReport(tuple(lines), 0)
     redrive.send(kafka, [*the_plan.sends, *the_plan.failed_again], request.timeout)
-    return RedriveReport(tuple(lines), len(the_plan.sends))
+    return RedriveReport(tuple(lines), len(the_plan.sends), len(the_plan.failed_again))
