@@ -93,7 +93,10 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 
 def _read(
-    args: argparse.Namespace, names: list[str], settings: tuple[Setting, ...] = STATUS
+    args: argparse.Namespace,
+    names: list[str],
+    settings: tuple[Setting, ...] = STATUS,
+    missing: set[str] | None = None,
 ) -> list[Any] | int:
     r = resolve_unless_printed(f"errors {args.errors_command}", settings, args)
     if r is None:
@@ -103,7 +106,7 @@ def _read(
     try:
         kafka = connection_of(r)
         check_connection(kafka, r["timeout"])
-        return read_topics(kafka, names, r["timeout"])
+        return read_topics(kafka, names, r["timeout"], missing)
     except KafkaAuthError as e:
         print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
@@ -125,7 +128,10 @@ def _run_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     names = list(args.topic or ERROR_TOPICS)
-    records = _read(args, names)
+    # the default topics are listed whether they exist or not (a source with its own --topic has
+    # its errors in <topic>.errors); a topic named with --topic must exist
+    missing: set[str] | None = None if args.topic else set()
+    records = _read(args, names, missing=missing)
     if isinstance(records, int):
         return records
     if args.print_config:
@@ -138,7 +144,9 @@ def _run_list(args: argparse.Namespace) -> int:
         )
     for name in names:
         mine = [row for row in rows if row.topic == name]
-        if not mine:
+        if missing and name in missing:
+            table.add_row(name, "(no such topic)", "-", "-", "-", "-")
+        elif not mine:
             table.add_row(name, "(empty)", "0", "-", "-", "0")
         for row in mine:
             table.add_row(

@@ -237,8 +237,15 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(pairs)
 
 
-def read_topics(kafka: Kafka, names: Sequence[str], timeout: float) -> list[ErrorRecord]:
+def read_topics(
+    kafka: Kafka, names: Sequence[str], timeout: float, missing: set[str] | None = None
+) -> list[ErrorRecord]:
+    """Every record of the topics `names`; a missing topic is `ConfigError`, or with `missing` is
+    added to it and read as empty."""
     records: list[ErrorRecord] = []
     for name in names:
+        if missing is not None and topic_partitions(kafka, name, timeout) is None:
+            missing.add(name)
+            continue
         records.extend(read_topic(kafka, name, timeout))
     return records

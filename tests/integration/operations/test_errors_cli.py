@@ -109,3 +109,12 @@ def test_a_missing_topic_is_one_line_and_exit_2(kafka_bootstrap: str) -> None:
     assert done.stderr.strip().splitlines() == [
         "olstream errors list: topic olstream-errors-no-such-topic does not exist"
     ], done.stderr
+
+
+def test_the_default_list_names_each_error_topic_whether_it_exists_or_not(kafka_bootstrap: str) -> None:
+    """A source with its own --topic has its errors in <topic>.errors: a default topic that does not
+    exist is a row of the list, not the end of it."""
+    done = olstream(kafka_bootstrap, "errors", "list")
+    assert done.returncode == 0, done.stderr
+    for name in ("olstream.eventlog.errors", "olstream.stream.errors", "openlineage.events.dlq"):
+        assert any(name in line for line in done.stdout.splitlines()), done.stdout
