@@ -150,8 +150,9 @@ def test_explain_follows_a_delivered_run_and_a_dead_lettered_one_without_moving_
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
-    # nothing moved: the groups' committed offsets, and no new group
+    # nothing moved: the groups' committed offsets, and no new group (earlier tests' groups may be
+    # gone meanwhile: the broker deletes an empty group without offsets, so the set can only shrink)
     assert committed_offsets(kafka_bootstrap, sink_group, events, 2) == sink_before
     assert committed_offsets(kafka_bootstrap, app_id, records, 2) == worker_before
     groups_after = {g.group_id for g in admin.list_consumer_groups().result().valid}
-    assert groups_after == groups_before, groups_after - groups_before
+    assert groups_after <= groups_before, groups_after - groups_before
