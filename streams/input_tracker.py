@@ -279,6 +279,15 @@ class InputTracker:
                 out[partition] = offset
         return out
 
+    def recommit_offset(self, partition: int) -> int | None:
+        """The offset a commit of `partition` may carry without moving it: the group's committed one
+        (its earliest when never committed, where the first checkpoint commits it); None: not owned."""
+        ledger = self.ledgers.get(partition)
+        if ledger is None:
+            return None
+        last = self.committed[partition]
+        return ledger.base if last is None else last
+
     def did_commit(self, offsets: dict[int, int]) -> None:
         for partition, offset in offsets.items():
             if partition in self.committed:

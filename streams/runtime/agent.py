@@ -48,6 +48,7 @@ from olstream.streams.runtime.topology import check_assignment
 log = logging.getLogger(__name__)
 
 EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before anything past it is committed
+REJOIN_SECONDS = 120.0  # a record the group refused waits this long for the rebalance, then the process ends
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
 
 
@@ -112,6 +113,7 @@ class StreamWorker:
             changelog=_LazyProducer(sa),
             commit=lambda offsets: faust_private.commit_offsets(sa.app.consumer, offsets),
             tracker=self.tracker,
+            confirm_within=sa.settings.session_timeout / 3,
         )
         self.batch = Batch()
         self.lock = asyncio.Lock()  # one of: a record being processed, a checkpoint, a rebalance hook
@@ -163,6 +165,24 @@ class StreamWorker:
                 m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
         m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
         return child
+
+    async def wait_until_revoked(self, partition: int, offset: int, identity: int) -> None:
+        """Hold the record at `offset` until the rebalance a refused commit announced revokes its
+        partition (`Checkpoint.confirm_member`); raises when none comes within `REJOIN_SECONDS`."""
+        log.warning(
+            "input partition %d: the group refused this worker's commit (it was dropped from the group, "
+            "or the group is rebalancing): the record at offset %d waits for the rebalance, unprocessed",
+            partition,
+            offset,
+        )
+        deadline = time.monotonic() + REJOIN_SECONDS
+        while self.tracker.owns(partition, identity):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no rebalance within {REJOIN_SECONDS:.0f} s after the group refused a commit of "
+                    f"input partition {partition}"
+                )
+            await asyncio.sleep(0.1)
 
     async def run_checkpoint(self) -> None:
         """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""
@@ -320,11 +340,16 @@ def attach(sa: m.StreamApp) -> StreamWorker:
                 async with worker.lock:
                     if not worker.tracker.owns(msg.partition, taken):
                         continue  # revoked while it waited for the lock: its next owner reads it again
-                    token = faust_private.set_current_event(None)
-                    try:
-                        worker.add(event, child)
-                    finally:
-                        faust_private.reset_current_event(token)
+                    member = await worker.checkpoint.confirm_member(msg.partition)
+                    if member:
+                        token = faust_private.set_current_event(None)
+                        try:
+                            worker.add(event, child)
+                        finally:
+                            faust_private.reset_current_event(token)
+                if not member:  # the group dropped this worker: its next owner reads the record again
+                    await worker.wait_until_revoked(msg.partition, msg.offset, taken)
+                    continue
             except Exception as e:  # not caught to go on: the process ends here
                 exit_on_unexpected(_where(event), e)
             if worker.batch.size >= batch_size:

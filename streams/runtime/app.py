@@ -65,6 +65,11 @@ PARENT_WAIT_RECORD_SECONDS = Histogram(
     "Record time a child run waited: how far behind its append time the directory's newest record was",
     buckets=(0.0, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0),
 )
+MEMBERSHIP_REFUSED = Counter(
+    "olstream_stream_membership_refused_total",
+    "Commits the group refused when the worker confirmed its membership before processing a record "
+    "(the group had dropped it or was rebalancing): the record waited for the rebalance instead",
+)
 DIRECTORY_STARTS = Gauge("olstream_stream_directory_runs", "Run starts held by the run directory")
 JOB_PATH_TOO_LONG = Counter(
     "olstream_stream_job_path_too_long_total",

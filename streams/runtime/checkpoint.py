@@ -17,12 +17,25 @@ A batch is the records processed since the last checkpoint (``batch_size`` recor
 
 A crash between any two steps leaves the input uncommitted past the last checkpoint: the records are
 processed again, and the marks (``olstream.streams.log_marks``) skip what was stored already.
+
+**Membership.** A worker the group dropped (no heartbeat within the session timeout: an event loop
+stalled while a broker fails over) learns it only at its next request to the coordinator; until
+then it still holds its assignment and would process records the partition's new owner processes
+too. Its commits are refused, but its events are not: an old START sent after the new owner's
+terminal event leaves a run running in the receiver. So no record is processed unless a commit of
+this worker's generation was accepted within ``confirm_within`` seconds (a third of the session
+timeout) before it (``confirm_member``): each checkpoint's accepted commit counts, and where none is
+recent enough the worker commits a partition's committed offset again. The broker cannot have given
+the partitions away before a session timeout after an accepted commit, so a record processed within
+a third of it belongs to a current member. A refused commit means a rebalance is on its way: the
+record waits for it and is read again by its next owner.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -76,6 +89,7 @@ class Checkpoint:
         changelog: Any,  # faust's producer: flush() waits for every changelog write
         commit: Commit,
         tracker: InputTracker,
+        confirm_within: float,
     ) -> None:
         self.input_topic = input_topic
         self.sender = sender
@@ -84,6 +98,8 @@ class Checkpoint:
         self.commit = commit
         self.tracker = tracker
         self.seconds = 0.0  # time spent in checkpoints
+        self.confirm_within = confirm_within
+        self.confirmed_at = -math.inf  # monotonic time a commit accepted by the group was sent
 
     async def run(self, batch: Batch) -> None:
         """The batch's checkpoint (an empty batch commits what the tracker passed over)."""
@@ -125,7 +141,27 @@ class Checkpoint:
         offsets = self.tracker.committable()
         if not offsets:
             return
+        sent = time.monotonic()
         if await self.commit({TP(self.input_topic, p): offset for p, offset in offsets.items()}):
+            self.confirmed_at = sent
             self.tracker.did_commit(offsets)
         else:
             log.info("input offsets %s not committed (a rebalance took the partitions)", offsets)
+
+    async def confirm_member(self, partition: int) -> bool:
+        """Whether the group counts this worker as a member of the current generation: true when a
+        commit was accepted within `confirm_within` seconds, else after committing `partition`'s
+        committed offset again (called under the worker's lock, so never beside a checkpoint's commit:
+        an offset never goes backwards). False: the commit was refused (a rebalance is on its way)."""
+        if time.monotonic() - self.confirmed_at < self.confirm_within:
+            return True
+        offset = self.tracker.recommit_offset(partition)
+        if offset is None:
+            return False
+        sent = time.monotonic()
+        if not await self.commit({TP(self.input_topic, partition): offset}):
+            m.MEMBERSHIP_REFUSED.inc()
+            return False
+        self.confirmed_at = sent
+        self.tracker.did_commit({partition: offset})
+        return True

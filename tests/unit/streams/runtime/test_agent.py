@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -298,6 +299,7 @@ class Rig:
         bases: dict[int, int] | None = None,
         max_event_bytes: int = topics.MAX_MESSAGE_BYTES,
         mapping: MappingConfig | None = None,
+        member_confirmed: bool = True,
     ) -> None:
         self.loop = loop
         self.trace: Trace = []
@@ -335,6 +337,8 @@ class Rig:
         self.worker = agent.attach(sa)
         [self.process] = self.app.agents
         self.rebalance(assigned=partitions)  # as faust's first assignment: ledgers at the commits
+        if member_confirmed:  # the group's acceptance is not under test: every record finds it recent
+            self.worker.checkpoint.confirmed_at = math.inf
 
     def rebalance(self, assigned: tuple[int, ...]) -> None:
         """A rebalance as faust runs it: the revocation hook, then the assignment hook."""
@@ -559,6 +563,69 @@ def test_a_commit_the_consumer_refuses_is_asked_again_with_the_next_checkpoint(r
     rig.flush_quiet_batch()
     assert commits(rig.take(), 0) == [2]
     assert rig.worker.tracker.committed[0] == 2
+
+
+# ---------------------------------------------------------------------------- membership
+
+
+def test_a_record_is_processed_only_after_the_group_accepted_a_commit_recently(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, member_confirmed=False)
+    rig.take()
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    rig.flush_quiet_batch()
+    assert rig.take() == [
+        ("commit", 0, 0),  # no accepted commit yet: the committed offset again, before anything is sent
+        ("send", OUTPUT, "START", "r1"),
+        ("send", OUTPUT, "COMPLETE", "r1"),
+        ("flush",),
+        ("set", "0:r1", 0),
+        ("set", "hwm:0:0", 0),
+        ("changelog",),
+        ("commit", 0, 2),
+    ]
+    # the checkpoint's accepted commit is recent: the next record needs no commit of its own
+    rig.feed(event_of(started("r2", offset=2, instance="i2"), 0, 2))
+    assert rig.take() == [("send", OUTPUT, "START", "r2")]
+    # once it is older than a third of the session timeout, it does again
+    rig.worker.checkpoint.confirmed_at -= rig.worker.settings.session_timeout / 3
+    rig.feed(event_of(ended("r2", offset=3), 0, 3))
+    assert rig.take() == [("commit", 0, 2), ("send", OUTPUT, "COMPLETE", "r2")]
+
+
+def test_a_record_the_group_refuses_waits_unprocessed_for_the_rebalance_and_its_next_owner_reads_it(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, member_confirmed=False)
+    rig.take()
+    rig.consumer.commit_ok = False  # the group dropped this worker: "already rebalanced"
+    refused = worker_app.MEMBERSHIP_REFUSED._value.get()
+    [revoked] = rig.app.on_partitions_revoked.receivers
+    loop.call_later(0.3, lambda: loop.create_task(revoked(rig.app)))  # the rebalance aiokafka asks for
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    assert rig.take() == [("commit", 0, 0)]  # refused: nothing sent, stored or committed
+    assert worker_app.MEMBERSHIP_REFUSED._value.get() == refused + 1
+    assert rig.worker.batch.size == 0
+    # the new assignment reads the record again from the committed offset, and processes it
+    rig.consumer.commit_ok = True
+    [on_assigned] = rig.app.on_partitions_assigned.receivers
+    loop.run_until_complete(on_assigned(rig.app))
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    assert rig.take() == [("commit", 0, 0), ("send", OUTPUT, "START", "r1")]
+
+
+def test_a_refused_record_without_a_rebalance_ends_the_process_unprocessed(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, member_confirmed=False)
+    monkeypatch.setattr(agent, "REJOIN_SECONDS", 0.3)
+    rig.take()
+    rig.consumer.commit_ok = False
+    with pytest.raises(Exited) as exited:
+        rig.feed(event_of(started("r1", offset=0), 0, 0))
+    assert exited.value.code == ExitCode.FAILED
+    assert rig.take() == [("commit", 0, 0)]
 
 
 def test_a_bad_record_goes_to_the_errors_topic_and_is_committed_with_its_batch(rig: Rig) -> None:
