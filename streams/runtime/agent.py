@@ -35,6 +35,7 @@ from olstream.streams.input_tracker import InputTracker
 from olstream.streams.run_directory import RunDirectory
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
@@ -43,7 +44,7 @@ from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
-from olstream.streams.runtime.topology import check_assignment
+from olstream.streams.runtime.topology import changelog_topic, check_assignment
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,13 @@ class StreamWorker:
         self.input_offsets = input_offsets
         self.tracker = InputTracker()
         self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, sa.settings.input_topic)
-        self.table = RunTable(sa.settings, sa.table, self.owned_input_tps)
+        self.changelog = ChangelogWriter(
+            sa.settings.connection,
+            changelog_topic(sa.settings.app_id),
+            sa.table.data,
+            topics.producer_size_config(sa.settings.max_event_bytes),
+        )
+        self.table = RunTable(sa.settings, sa.table, self.changelog, self.owned_input_tps)
         starts = DiskRunStarts(Path(sa.settings.data_dir) / "run-directory")
         self.directory = RunDirectory(sa.settings.parent_retention_ms, starts)
         self.reader = DirectoryReader(
@@ -110,7 +117,7 @@ class StreamWorker:
             sa.settings.input_topic,
             sender,
             self.table,
-            changelog=_LazyProducer(sa),
+            changelog=self.changelog,
             commit=lambda offsets: faust_private.commit_offsets(sa.app.consumer, offsets),
             tracker=self.tracker,
             confirm_within=sa.settings.session_timeout / 3,
@@ -304,16 +311,6 @@ class StreamWorker:
 
     def describe_input(self) -> str:
         return self.input.describe()
-
-
-class _LazyProducer:
-    """faust's producer, looked up when flushed (the app creates it on start)."""
-
-    def __init__(self, sa: m.StreamApp) -> None:
-        self.sa = sa
-
-    async def flush(self) -> None:
-        await self.sa.app.producer.flush()
 
 
 def attach(sa: m.StreamApp) -> StreamWorker:

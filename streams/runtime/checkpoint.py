@@ -10,8 +10,8 @@ A batch is the records processed since the last checkpoint (``batch_size`` recor
 2. **state written**: the batch's run states, then its log marks, into the table (RocksDB, and
    faust's changelog producer), each under the event that changed it (``RunTable.write_batch``). A
    state that says "ended" implies its START and terminal event were acknowledged.
-3. **changelog flushed**: faust's producer flushed, and every changelog write of the batch
-   acknowledged by the broker (each write's future).
+3. **changelog flushed**: every changelog write of the batch acknowledged by the broker
+   (``ChangelogWriter.flush``, which then records the store's persisted changelog offsets).
 4. **offsets committed**: the contiguous processed prefix of each input partition
    (``InputTracker.committable``; an offset never goes backwards, asserted there).
 
@@ -33,14 +33,12 @@ record waits for it and is read again by its next owner.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from faust.types import TP
 
@@ -48,6 +46,7 @@ from olstream.shared.errors import DeliveryError, ExitCode
 from olstream.streams.input_tracker import InputTracker
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
 
@@ -86,7 +85,7 @@ class Checkpoint:
         input_topic: str,
         sender: Sender,
         table: RunTable,
-        changelog: Any,  # faust's producer: flush() waits for every changelog write
+        changelog: ChangelogWriter,
         commit: Commit,
         tracker: InputTracker,
         confirm_within: float,
@@ -119,11 +118,10 @@ class Checkpoint:
                 waited = time.monotonic() - waiting
                 token = faust_private.set_current_event(None)
                 try:
-                    written = self.table.write_batch()
+                    self.table.write_batch()
                 finally:
                     faust_private.reset_current_event(token)
                 await self.changelog.flush()
-                await asyncio.gather(*written)
                 for partition, offset in batch.last_offsets.items():
                     self.tracker.stored(partition, offset)
             await self.commit_input()

@@ -27,6 +27,7 @@ from olstream.streams.log_marks import (
 from olstream.streams.retention import CommittedLogPositions, Retention
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState
 from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
@@ -46,10 +47,13 @@ GAPS = Counter(
 class RunTable:
     """Run states and log marks in the faust table, with the batch's changes in memory until stored."""
 
-    def __init__(self, settings: WorkerSettings, table: Any, owned: Callable[[], set[Any]]) -> None:
+    def __init__(
+        self, settings: WorkerSettings, table: Any, changelog: ChangelogWriter, owned: Callable[[], set[Any]]
+    ) -> None:
         self.settings = settings
         self.table = table
         self.store: Any = table.data
+        self.changelog = changelog
         self.owned = owned  # the input topic partitions assigned now
         self.retention = Retention(settings.retention_ms)
         self.committed_log = CommittedLogPositions()
@@ -91,11 +95,11 @@ class RunTable:
     def put(self, key: str, state: RunState | None, event: Any) -> None:
         self.overlay[key] = (state, event)
 
-    def write_batch(self) -> list[Any]:
-        """Write the batch's state to the table (RocksDB, and faust's changelog producer): its run
-        states first, then its marks.
+    def write_batch(self) -> None:
+        """Write the batch's state to the table (RocksDB, and the changelog: `ChangelogWriter`): its
+        run states first, then its marks.
 
-        The checkpoint flushes faust's producer before it commits offsets, so the changelog is never
+        The checkpoint flushes the changelog writer before it commits offsets, so the changelog is never
         behind a committed offset; the writes go to the partition of the event that changed the key, and
         a mark goes to the partition of its log partition's runs after them, so a stored mark never
         covers a record whose state change is not stored (in RocksDB, and in the changelog, which
@@ -103,44 +107,39 @@ class RunTable:
         no longer owns is dropped: its new owner processes that event again from the committed
         offset, and a late write here could overwrite the newer state the new owner has written to
         the changelog since.
-
-        Returns the changelog sends' futures: each resolves once the broker acknowledged the write
-        (faust's producer flush alone returns while writes are still queued).
         """
         owned = self.owned()
-        sent: list[Any] = []
         for name, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
             key = name.encode("utf-8")
             if state is None:
                 self.cache.pop(name, None)
-                self.write(event, key, None, sent)
+                self.write(event, key, None)
             else:
-                self.write(event, key, dumps_state(state), sent)
+                self.write(event, key, dumps_state(state))
                 self.remember(name, state)
         self.overlay.clear()
         for input_partition, log_partition, mark, event in self.marks.take_batch():
             if event.message.tp not in owned:
                 continue
             key = mark_key(input_partition, log_partition).encode("utf-8")
-            self.write(event, key, dumps_mark(mark), sent)
+            self.write(event, key, dumps_mark(mark))
             self.marks.written(input_partition, log_partition, mark)
-        return sent
 
-    def write(self, event: Any, key: bytes, value: bytes | None, sent: list[Any]) -> bool:
+    def write(self, event: Any, key: bytes, value: bytes | None) -> bool:
         """Write (or with None delete) `key` in the partition of `event`: its RocksDB partition store,
-        and its changelog partition, as faust's own table write does; the send's future goes to `sent`.
-        A delete of a key the store does not hold writes nothing (False)."""
+        and its changelog partition, as faust's own table write does. A delete of a key the store does
+        not hold writes nothing (False)."""
         faust_private.set_current_event(event)  # the store writes to the event's partition
         partition = event.message.partition
         if value is None:
             if faust_private.raw_get(self.store, key) is None:
                 return False
-            sent.append(self.table.send_changelog(partition, key, None, value_serializer="raw"))
+            self.changelog.send(partition, key, None)
             del self.store[key]
         else:
-            sent.append(self.table.send_changelog(partition, key, value))
+            self.changelog.send(partition, key, value)
             self.store[key] = value
         return True
 

@@ -2,8 +2,8 @@
 changelog flush, commit; admission; eviction.
 
 The agent loop registered by ``attach`` runs against fakes: a faust app that only collects the agent,
-its timers and its rebalance hooks, a consumer that records seeks and commits, faust's producer that
-records changelog flushes, a dict-like table, a sender that records sends and flushes (and can fail),
+its timers and its rebalance hooks, a consumer that records seeks and commits, a changelog writer that
+records its writes and flushes, a dict-like table, a sender that records sends and flushes (and can fail),
 and the broker's offsets as the test sets them. Every fake appends to one shared trace, so the tests
 can check the order across them.
 """
@@ -139,27 +139,11 @@ class FakeStore:
 
 
 class FakeTable:
-    """The run-state table: bytes keys and values; changelog sends are traced with their partition, and
-    the store's partition (the current event's) must be the same."""
+    """The run-state table: bytes keys and values in its store (the current event's partition)."""
 
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
+    def __init__(self) -> None:
         self.rows: dict[bytes, bytes] = {}
         self.data = FakeStore(self.rows)
-        self.unacked: list[asyncio.Future[None]] = []  # changelog sends the broker did not acknowledge yet
-        self.hold_acks = False
-
-    def send_changelog(
-        self, partition: int, key: bytes, value: bytes | None, value_serializer: str | None = None
-    ) -> asyncio.Future[None]:
-        assert partition == _current_partition()
-        self.trace.append(("set" if value is not None else "del", key.decode(), partition))
-        future: asyncio.Future[None] = asyncio.get_event_loop().create_future()
-        if self.hold_acks:
-            self.unacked.append(future)
-        else:
-            future.set_result(None)
-        return future
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.rows.items()))
@@ -167,6 +151,27 @@ class FakeTable:
     def state(self, engine_run_id: str, log_partition: int = 0) -> RunState | None:
         raw = self.rows.get(state_key(log_partition, engine_run_id).encode())
         return None if raw is None else loads_state(raw)
+
+
+class FakeChangelog:
+    """The changelog writer: writes are traced with their partition, which must be the store's (the
+    current event's); a flush is traced, and with `hold` set waits until the test releases it (the
+    broker's acknowledgements)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.hold = False
+        self.released: asyncio.Event | None = None
+
+    def send(self, partition: int, key: bytes, value: bytes | None) -> None:
+        assert partition == _current_partition()
+        self.trace.append(("set" if value is not None else "del", key.decode(), partition))
+
+    async def flush(self) -> None:
+        self.trace.append(("changelog",))
+        if self.hold:
+            self.released = asyncio.Event()
+            await self.released.wait()
 
 
 class FakeConsumer:
@@ -189,14 +194,6 @@ class FakeConsumer:
         for tp, offset in sorted(offsets.items()):
             self.trace.append(("commit", tp.partition, offset))
         return self.commit_ok
-
-
-class FakeProducer:
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-
-    async def flush(self) -> None:
-        self.trace.append(("changelog",))
 
 
 class FakeStream:
@@ -239,9 +236,8 @@ class FakeSignal:
 class FakeApp:
     """Only what attach() touches: it registers the agent and timers, the worker reads the consumer."""
 
-    def __init__(self, consumer: FakeConsumer, producer: FakeProducer) -> None:
+    def __init__(self, consumer: FakeConsumer) -> None:
         self.consumer = consumer
-        self.producer = producer
         self.rebalancing = False
         self.agents: list[Callable[[Any], Awaitable[None]]] = []
         self.timers: dict[str, Callable[[], Awaitable[None]]] = {}
@@ -304,15 +300,17 @@ class Rig:
         self.loop = loop
         self.trace: Trace = []
         self.consumer = FakeConsumer(self.trace, partitions)
-        self.table = FakeTable(self.trace)
+        self.table = FakeTable()
+        self.changelog = FakeChangelog(self.trace)
         self.sender = FakeSender(self.trace)
         # the group committed every partition at 0 unless the test says otherwise
         self.offsets = FakeInputOffsets(
             committed_offsets=dict({p: 0 for p in partitions} if bases is None else bases)
         )
-        self.app = FakeApp(self.consumer, FakeProducer(self.trace))
+        self.app = FakeApp(self.consumer)
         self.stream = FakeStream()
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
+        monkeypatch.setattr(agent, "ChangelogWriter", lambda *_args, **_kw: self.changelog)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
         monkeypatch.setattr(agent, "DiskRunStarts", lambda _path: MemoryRunStarts())
@@ -488,7 +486,7 @@ def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_commi
     if step == "state":
         monkeypatch.setattr(rig.worker.table, "write_batch", broken)
     else:
-        monkeypatch.setattr(rig.app.producer, "flush", broken_flush)
+        monkeypatch.setattr(rig.changelog, "flush", broken_flush)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(ended("r1", offset=1), 0, 1))
@@ -497,16 +495,16 @@ def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_commi
 
 
 def test_the_commit_waits_until_the_broker_acknowledged_every_changelog_write(rig: Rig) -> None:
-    """faust's producer flush returns while writes are still queued: the checkpoint awaits each write."""
-    rig.table.hold_acks = True
+    """The checkpoint commits only once the changelog flush returned: every write acknowledged."""
+    rig.changelog.hold = True
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     rig.take()
     task = rig.loop.create_task(rig.worker.run_checkpoint())
     rig.loop.run_until_complete(asyncio.sleep(0.01))
     assert kinds(rig.take()) == ["flush", "set", "set", "changelog"]  # no commit yet
     assert not task.done()
-    for future in rig.table.unacked:
-        future.set_result(None)
+    assert rig.changelog.released is not None
+    rig.changelog.released.set()
     rig.loop.run_until_complete(task)
     assert commits(rig.take(), 0) == [1]
 
