@@ -8,7 +8,7 @@ A batch is the records processed since the last checkpoint (``batch_size`` recor
    nothing of the batch is stored or committed, and its records are processed again, re-emitting
    identical bytes.
 2. **state written**: the batch's run states, then its log marks, into the table (RocksDB, and
-   faust's changelog producer), each under the event that changed it (``RunTable.write_batch``). A
+   the changelog writer), each under the event that changed it (``RunTable.write_batch``). A
    state that says "ended" implies its START and terminal event were acknowledged.
 3. **changelog flushed**: every changelog write of the batch acknowledged by the broker
    (``ChangelogWriter.flush``, which then records the store's persisted changelog offsets).

@@ -3,13 +3,15 @@
 The checkpoint (``olstream.streams.runtime.checkpoint``) stores a batch's state and commits its
 input only after ``flush()`` saw every send of the batch acknowledged (``acks=all``, idempotent
 producer). Keys are partitioned with murmur2, like the Java client and the OpenLineage Kafka
-transport, so a run tree's events share one partition.
+transport, so a run tree's events share one partition. The changelog writer
+(``olstream.streams.runtime.changelog``) sends through a Sender of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -23,7 +25,22 @@ Headers = list[tuple[str, str | bytes | None]]
 
 
 class Sender:
-    def __init__(self, kafka: Kafka, extra: dict[str, Any] | None = None) -> None:
+    """Sends whose first failure is kept and raised by the next `flush` (DeliveryError).
+
+    `names` says what a send is in those errors (one, several). `on_acknowledged`, when given, is
+    called with every acknowledged message; without it only failures call back into Python, not
+    every acknowledged send (``flush()`` still waits for every message;
+    tests/integration/streams/test_sender.py).
+    """
+
+    def __init__(
+        self,
+        kafka: Kafka,
+        extra: dict[str, Any] | None = None,
+        *,
+        names: tuple[str, str] = ("an output send", "output sends"),
+        on_acknowledged: Callable[[Message], None] | None = None,
+    ) -> None:
         config = producer_config(
             kafka,
             {
@@ -31,19 +48,22 @@ class Sender:
                 "batch.num.messages": 10_000,
                 "queue.buffering.max.messages": 500_000,
                 "partitioner": "murmur2_random",
-                # only failures call back into Python, not every acknowledged send (flush() still
-                # waits for every message; tests/integration/test_stream_sender.py)
-                "delivery.report.only.error": True,
+                "delivery.report.only.error": on_acknowledged is None,
                 "on_delivery": self._delivered,
                 **(extra or {}),
             },
         )
+        self._names = names
+        self._on_acknowledged = on_acknowledged
         self._failure: KafkaError | None = None
         self._producer = Producer(config)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and self._failure is None:
-            self._failure = err
+        if err is not None:
+            if self._failure is None:
+                self._failure = err
+        elif self._on_acknowledged is not None:
+            self._on_acknowledged(msg)
 
     def send(
         self,
@@ -65,10 +85,11 @@ class Sender:
 
     def _flush(self, timeout: float) -> None:
         remaining = self._producer.flush(timeout)
+        one, several = self._names
         if self._failure is not None:
-            raise DeliveryError(f"an output send failed: {self._failure}")
+            raise DeliveryError(f"{one} failed: {self._failure}")
         if remaining:
-            raise DeliveryError(f"{remaining} output sends not acknowledged within {timeout:.0f} s")
+            raise DeliveryError(f"{remaining} {several} not acknowledged within {timeout:.0f} s")
 
     async def flush(self, timeout: float = 60.0) -> None:
         """Wait (off the event loop) until every send so far is acknowledged; DeliveryError otherwise."""
