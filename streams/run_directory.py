@@ -272,7 +272,10 @@ class DirectoryLookup:
     """A child's `state.Lookup` for its parent and root: engine run id -> the run's state, from the
     directory, as of the child's heads. Raises `NotCovered` while the directory is behind them.
 
-    `outcomes` keeps what each looked-up id gave (for the metrics of the child's own parent).
+    `outcomes` keeps what each looked-up id gave (for the metrics of the child's own parent). An
+    answer, once the directory covers the heads, is final (every start it considers is at or below
+    them, and the rules are functions of the log): it is kept, so the agent's dry run before the wait
+    (`RecordStep.pending`) and the record's application ask the directory once.
     """
 
     def __init__(
@@ -291,8 +294,16 @@ class DirectoryLookup:
         self.heads = heads
         self.child_ms = child_ms
         self.outcomes: dict[str, ParentOutcome] = {}
+        self.answers: dict[str, st.RunState | None] = {}
 
     def __call__(self, engine_run_id: str) -> st.RunState | None:
+        if engine_run_id in self.answers:
+            return self.answers[engine_run_id]
+        state = self.ask(engine_run_id)
+        self.answers[engine_run_id] = state
+        return state
+
+    def ask(self, engine_run_id: str) -> st.RunState | None:
         d = self.directory
         if self.heads is not None and not d.covers(self.heads):
             raise NotCovered(self.heads)

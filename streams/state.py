@@ -265,13 +265,8 @@ def resolve_lineage(record: RunStarted, prefix: str, lookup: Lookup, hierarchica
     return Lineage(parent, root, parent_path=parent_path)
 
 
-def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchical: bool = False) -> Started:
-    """The state of a run that just started (namespaces normalized: `naming`).
-
-    Flat names: ``{prefix}{type}@{version}``. Hierarchical names: ``{prefix}{job path}``, the path
-    extending the parent's (`naming.child_job_path`); a run whose parent's path is unknown, or
-    whose path would exceed the limit, starts a path of its own and has no parent edge.
-    """
+def normalized_start(record: RunStarted) -> RunStarted:
+    """The record with its namespaces normalized (`naming`); StreamInputError names an invalid one."""
     try:
         namespace = normalize_job_namespace(record.namespace)
     except NamespaceError as e:
@@ -280,6 +275,17 @@ def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchic
     root_ref = _normalized_ref(record.root, "root", record)
     if namespace != record.namespace or parent_ref is not record.parent or root_ref is not record.root:
         record = replace(record, namespace=namespace, parent=parent_ref, root=root_ref)
+    return record
+
+
+def start(record: RunStarted, prefix: str, lookup: Lookup, home: int, hierarchical: bool = False) -> Started:
+    """The state of a run that just started (namespaces normalized: `naming`).
+
+    Flat names: ``{prefix}{type}@{version}``. Hierarchical names: ``{prefix}{job path}``, the path
+    extending the parent's (`naming.child_job_path`); a run whose parent's path is unknown, or
+    whose path would exceed the limit, starts a path of its own and has no parent edge.
+    """
+    record = normalized_start(record)
     lineage = resolve_lineage(record, prefix, lookup, hierarchical)
     parent, root = lineage.parent, lineage.root
     segment = job_segment(record.workflow_type, record.workflow_version)

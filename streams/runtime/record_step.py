@@ -185,12 +185,14 @@ class RecordStep:
     def pending(self, child: WaitedChild) -> Heads | None:
         """The heads the directory must reach before this child can be applied; None when it can be.
 
-        It is resolved here as it will be applied, so a parent that itself waits makes the child
-        wait for the parent's heads too.
+        Its lineage is resolved here as `state.start` resolves it when the record is applied, so a
+        parent that itself waits makes the child wait for the parent's heads too.
         """
         record, lookup = child.record, child.lookup
         try:  # the lookup raises NotCovered only when the child needs the directory at all
-            st.start(record, self.cfg.job_prefix, lookup, 0, self.cfg.hierarchical)
+            st.resolve_lineage(
+                st.normalized_start(record), self.cfg.job_prefix, lookup, self.cfg.hierarchical
+            )
         except NotCovered as e:
             return e.heads
         except StreamInputError:

@@ -12,7 +12,9 @@ from olstream.streams import state as st
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.processor import apply, parent_resolver
 from olstream.streams.run_directory import (
+    DirectoryEntry,
     DirectoryLookup,
+    Heads,
     NotCovered,
     ParentOutcome,
     Position,
@@ -209,3 +211,29 @@ def test_the_engine_run_id_is_read_without_decoding_as_decoding_reads_it() -> No
     assert start_position(0, 0, codec.encode(long_id), None).engine_run_id == "ü" * 5000
     assert start_position(0, 0, b"\xc3\x01junk", None).engine_run_id is None
     assert starts == 200
+
+
+def test_a_lookup_asks_the_directory_once_per_id_and_only_once_it_covers_the_heads() -> None:
+    asked: list[str] = []
+
+    class CountingDirectory(RunDirectory):
+        def choose(
+            self, engine_run_id: str, partition: int, offset: int, heads: Heads | None, child_ms: int
+        ) -> tuple[ParentOutcome, RunStarted | None, DirectoryEntry | None]:
+            asked.append(engine_run_id)
+            return super().choose(engine_run_id, partition, offset, heads, child_ms)
+
+    d = CountingDirectory()
+    register(d, run(0, 3, "p"), {0: 3})
+    child = child_of("p")
+    lookup = DirectoryLookup(d, RESOLVE, child.partition, child.offset, {0: 3, 1: 5}, 0)
+    with pytest.raises(NotCovered):  # not covered: nothing is kept, it is asked again later
+        lookup("p")
+    with pytest.raises(NotCovered):
+        lookup("p")
+    assert asked == []
+    d.add([Position(1, 5)])
+    first = lookup("p")
+    assert first is not None and first.run.name == "load@1"
+    assert lookup("p") is first  # the application after the agent's dry run: no second read
+    assert asked == ["p"]
