@@ -50,7 +50,8 @@ def run_id(
     raw = bytearray(ms.to_bytes(6, "big") + digest[:10])
     raw[6] = 0x70 | (raw[6] & 0x0F)  # version 7
     raw[8] = 0x80 | (raw[8] & 0x3F)  # RFC 9562 variant 10
-    return str(uuid.UUID(bytes=bytes(raw)))
+    h = raw.hex()  # uuid.UUID's canonical form, without building one
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def timestamp_millis(run_uuid: str) -> int:

@@ -38,14 +38,12 @@ class StreamInputError(OlstreamError):
 
 def format_time(t: datetime) -> str:
     """RFC 3339 in UTC with microseconds and a ``Z`` offset; naive datetimes are taken as UTC."""
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    elif t.tzinfo is not UTC:
+    tz = t.tzinfo
+    if tz is None:
+        return t.isoformat(timespec="microseconds") + "Z"
+    if tz is not UTC:
         t = t.astimezone(UTC)
-    return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
-        f".{t.microsecond:06d}Z"
-    )
+    return t.isoformat(timespec="microseconds")[:-6] + "Z"  # in C; "+00:00" becomes "Z"
 
 
 @dataclass(frozen=True, slots=True)
