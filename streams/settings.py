@@ -157,7 +157,7 @@ class WorkerSettings:
     idle_check_interval: float = 0.5
     batch_size: int = _D["batch_size"]
     batch_within: float = _D["batch_seconds"]
-    state_cache_size: int = 20_000
+    state_cache_size: int = 5_000  # decoded run states (LRU); a run's records come close together
     retention_ms: int = DEFAULT_RETENTION_MS
     parent_retention_ms: int = DEFAULT_PARENT_RETENTION_MS
     metrics_port: int = _D["metrics_port"]

@@ -156,11 +156,13 @@ def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
 
 # Memory of each partition's RocksDB store, bounded. faust's defaults are 64 MiB write buffers, three
 # of them, and a 2 GiB block cache per partition store: the worker's RSS then grew with the table
-# until those filled (+35% from 250,000 to 1,000,000 runs, docs/benchmarks.md "Memory").
+# until those filled (+35% from 250,000 to 1,000,000 runs, docs/benchmarks.md "Memory"). The live
+# table is small (open runs, and finished ones until --retention), and most reads hit the batch's
+# overlay or the decoded-state cache.
 TABLE_STORE_OPTIONS: dict[str, int] = {
-    "write_buffer_size": 16 * 1024 * 1024,
+    "write_buffer_size": 4 * 1024 * 1024,
     "max_write_buffer_number": 2,
-    "block_cache_size": 16 * 1024 * 1024,
+    "block_cache_size": 8 * 1024 * 1024,
 }
 
 

@@ -148,6 +148,6 @@ def test_a_changelog_larger_than_the_input_before_growing_is_a_config_error(
 def test_each_partition_store_has_bounded_rocksdb_memory(tmp_path: object) -> None:
     sa = build_app(WorkerSettings(app_id="olstream-mem", data_dir=str(tmp_path)), 3)
     options = sa.table.data.rocksdb_options  # the store faust opens each partition's RocksDB with
-    assert options.write_buffer_size == 16 * 1024 * 1024
+    assert options.write_buffer_size == 4 * 1024 * 1024
     assert options.max_write_buffer_number == 2
-    assert options.block_cache_size == 16 * 1024 * 1024
+    assert options.block_cache_size == 8 * 1024 * 1024
