@@ -37,6 +37,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -189,7 +190,10 @@ def run_worker(
     if proc.returncode != 0:
         raise SystemExit(f"worker exited {proc.returncode}; see {log_path}")
     assert first is not None
-    split = re.search(r"\(([\d.]+) s processing records, ([\d.]+) s in checkpoints\)", log_path.read_text())
+    split = re.search(
+        r"\(([\d.]+) s processing records, ([\d.]+) s in checkpoints, ([\d.]+) s in garbage collections\)",
+        log_path.read_text(),
+    )
     waits = histogram_buckets(scraped, "olstream_stream_parent_wait_seconds")
     end = last or time.perf_counter()
     seconds = max(end - first[0], 1e-9)
@@ -267,10 +271,15 @@ def main() -> int:
     )
     print()
     print(f"worker / limit: {100 * rate / limit:.1f}%   (goals: >= 5,000 records/s and >= 25%)")
+    if noop is not None:
+        print(f"worker / faust no-op agent: {100 * rate / (total / noop):.1f}%   (goal: >= 60%)")
     print(f"worker wall time with start-up and shutdown: {w['wall']:.1f} s, CPU {w['cpu']:.1f} s")
     if w["split"]:
-        busy, flush = w["split"]  # type: ignore[misc]
-        print(f"worker's own timers: {busy} s processing records, {flush} s in checkpoints")
+        busy, flush, collecting = cast(tuple[str, str, str], w["split"])
+        print(
+            f"worker's own timers: {busy} s processing records, {flush} s in checkpoints, "
+            f"{collecting} s in garbage collections"
+        )
     p50, p99, children = w["child_delay"]  # type: ignore[misc]
     if children and p50 is not None and p99 is not None:
         print(

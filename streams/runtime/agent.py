@@ -303,9 +303,10 @@ class StreamWorker:
         self.tracker.stopping = True
         log.info(
             "input consumed to its end, every send acknowledged and offsets committed: stopping "
-            "(%.1f s processing records, %.1f s in checkpoints)",
+            "(%.1f s processing records, %.1f s in checkpoints, %.1f s in garbage collections)",
             self.busy_seconds,
             self.checkpoint.seconds,
+            m.GC_TIMER.seconds,
         )
         os.kill(os.getpid(), signal.SIGTERM)
 

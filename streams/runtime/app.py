@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -272,17 +273,43 @@ class StreamWorkerProcess(faust.Worker):
 
 # The cyclic garbage collector's thresholds in the worker (CPython's are 700, 10, 10). Nearly every
 # object the worker frees is freed by reference counting; with the defaults a full collection, which
-# walks every live object (faust, the caches), ran every 2 s and took 5-6% of the worker's time
+# walks every live object (faust, the caches), ran every 2 s and took 4-6% of the worker's time
 # (docs/benchmarks.md "Worker"). The worker's records still free cycles, only in fewer passes.
 GC_THRESHOLDS = (50_000, 20, 100)
+
+GC_SECONDS = Counter(
+    "olstream_stream_gc_seconds_total",
+    "Wall time the worker spent in the cyclic garbage collector (every generation)",
+)
+
+
+class GarbageCollectionTimer:
+    """Adds each collection's wall time to `GC_SECONDS` (a `gc.callbacks` entry)."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.seconds = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+            return
+        spent = time.perf_counter() - self.started
+        self.seconds += spent
+        GC_SECONDS.inc(spent)
+
+
+GC_TIMER = GarbageCollectionTimer()
 
 
 def worker_process(sa: StreamApp, describe_input: Callable[[], str] | None = None) -> StreamWorkerProcess:
     """The faust worker that runs the app (logging stays olstream's own); the objects built so far are
-    left out of later garbage collections (`gc.freeze`), and collections run less often
-    (`GC_THRESHOLDS`)."""
+    left out of later garbage collections (`gc.freeze`), collections run less often
+    (`GC_THRESHOLDS`), and their time is counted (`GC_SECONDS`)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    if GC_TIMER not in gc.callbacks:
+        gc.callbacks.append(GC_TIMER)
     worker = StreamWorkerProcess(
         sa.app, loglevel=logging.getLogger().level, override_logging=False, quiet=True
     )

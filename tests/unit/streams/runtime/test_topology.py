@@ -151,3 +151,14 @@ def test_each_partition_store_has_bounded_rocksdb_memory(tmp_path: object) -> No
     assert options.write_buffer_size == 4 * 1024 * 1024
     assert options.max_write_buffer_number == 2
     assert options.block_cache_size == 8 * 1024 * 1024
+
+
+def test_the_garbage_collection_timer_counts_each_collection_from_start_to_stop() -> None:
+    from olstream.streams.runtime.app import GC_SECONDS, GarbageCollectionTimer
+
+    timer = GarbageCollectionTimer()
+    before = GC_SECONDS._value.get()
+    timer("start", {"generation": 2})
+    timer("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert timer.seconds > 0
+    assert GC_SECONDS._value.get() - before == pytest.approx(timer.seconds)
