@@ -13,13 +13,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 import faust
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from olstream.contract import topics
 from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit, topic_partitions
@@ -277,14 +278,14 @@ class StreamWorkerProcess(faust.Worker):
 # (docs/benchmarks.md "Worker"). The worker's records still free cycles, only in fewer passes.
 GC_THRESHOLDS = (50_000, 20, 100)
 
-GC_SECONDS = Counter(
-    "olstream_stream_gc_seconds_total",
-    "Wall time the worker spent in the cyclic garbage collector (every generation)",
-)
-
-
 class GarbageCollectionTimer:
-    """Adds each collection's wall time to `GC_SECONDS` (a `gc.callbacks` entry)."""
+    """Adds up each collection's wall time (a `gc.callbacks` entry), exported as the counter
+    ``olstream_stream_gc_seconds_total`` by `collect`.
+
+    The callback takes no lock: it runs inside a collection, in whichever thread triggered it, and a
+    prometheus_client metric's lock held by that same thread (the metrics server reading it) would
+    deadlock it (prometheus/client_python#363). A float's += is atomic under the GIL.
+    """
 
     def __init__(self) -> None:
         self.started = 0.0
@@ -293,19 +294,25 @@ class GarbageCollectionTimer:
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self.started = time.perf_counter()
-            return
-        spent = time.perf_counter() - self.started
-        self.seconds += spent
-        GC_SECONDS.inc(spent)
+        else:
+            self.seconds += time.perf_counter() - self.started
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "olstream_stream_gc_seconds",
+            "Wall time the worker spent in the cyclic garbage collector (every generation)",
+            value=self.seconds,
+        )
 
 
 GC_TIMER = GarbageCollectionTimer()
+REGISTRY.register(GC_TIMER)
 
 
 def worker_process(sa: StreamApp, describe_input: Callable[[], str] | None = None) -> StreamWorkerProcess:
     """The faust worker that runs the app (logging stays olstream's own); the objects built so far are
     left out of later garbage collections (`gc.freeze`), collections run less often
-    (`GC_THRESHOLDS`), and their time is counted (`GC_SECONDS`)."""
+    (`GC_THRESHOLDS`), and their time is counted (`GC_TIMER`)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     if GC_TIMER not in gc.callbacks:
