@@ -278,6 +278,7 @@ class StreamWorkerProcess(faust.Worker):
 # (docs/benchmarks.md "Worker"). The worker's records still free cycles, only in fewer passes.
 GC_THRESHOLDS = (50_000, 20, 100)
 
+
 class GarbageCollectionTimer:
     """Adds up each collection's wall time (a `gc.callbacks` entry), exported as the counter
     ``olstream_stream_gc_seconds_total`` by `collect`.
