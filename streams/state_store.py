@@ -19,10 +19,11 @@ def _jobrun_in(v: list[str] | None) -> JobRun | None:
     return None if v is None else JobRun(v[0], v[1], v[2])
 
 
-def dumps_state(s: RunState) -> bytes:
-    """Compact JSON; starts with ``{"end_ms":`` so a scan can find finished runs without parsing."""
+def state_document(s: RunState) -> dict[str, Any]:
+    """The stored form as a JSON document: `dumps_state` writes exactly ``json.dumps(document,
+    separators=(",", ":"), ensure_ascii=False)`` of it."""
     end = s.end
-    doc: dict[str, Any] = {
+    return {
         "end_ms": None if end is None else end.end_ms,
         "home": s.home,
         "id": [
@@ -56,7 +57,50 @@ def dumps_state(s: RunState) -> bytes:
         "path": s.job_path,
         "last": s.last_offset,
     }
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+_q = json.encoder.encode_basestring  # the C function json.dumps(..., ensure_ascii=False) uses
+
+
+def _opt(v: str | None) -> str:
+    return "null" if v is None else _q(v)
+
+
+def _jobrun_json(j: JobRun | None) -> str:
+    return "null" if j is None else f"[{_q(j.namespace)},{_q(j.name)},{_q(j.run_id)}]"
+
+
+def _datasets_json(refs: tuple[DatasetRef, ...]) -> str:
+    return (
+        "["
+        + ",".join(f"[{_q(d.namespace)},{_q(d.name)},{_opt(d.version)},{d.declared_at}]" for d in refs)
+        + "]"
+    )
+
+
+def dumps_state(s: RunState) -> bytes:
+    """Compact JSON of `state_document`, written directly (about half json.dumps' time; the bytes
+    are the same: tests/unit/streams/test_mapping_fuzz.py); starts with ``{"end_ms":`` so a scan
+    can find finished runs without parsing."""
+    end = s.end
+    if end is None:
+        end_ms = ended = "null"
+    else:
+        end_ms = str(end.end_ms)
+        ended = (
+            f"[{_q(end.status)},{_q(end.end_time)},{_opt(end.error_message)},{_opt(end.error_type)},"
+            f"{_opt(end.stack_trace)},[{end.position[0]},{end.position[1]}]]"
+        )
+    return (
+        f'{{"end_ms":{end_ms},"home":{s.home},"id":[{_q(s.engine_run_id)},{_q(s.task_id)},'
+        f"{_q(s.namespace)},{_q(s.workflow_type)},{_q(s.workflow_version)},{_q(s.workflow_instance)}],"
+        f'"principal":{_opt(s.principal)},"start":[{_q(s.start_time)},{s.start_ms},'
+        f'{_opt(s.nominal_start_time)},{_opt(s.nominal_end_time)}],"supersedes":{_opt(s.supersedes)},'
+        f'"run":{_jobrun_json(s.run)},"parent":{_jobrun_json(s.parent)},"root":{_jobrun_json(s.root)},'
+        f'"pos":[{s.start_position[0]},{s.start_position[1]}],"in":{_datasets_json(s.inputs)},'
+        f'"out":{_datasets_json(s.outputs)},"at_start":[{s.inputs_at_start},{s.outputs_at_start}],'
+        f'"end":{ended},"path":{_opt(s.job_path)},"last":{s.last_offset}}}'
+    ).encode()
 
 
 def loads_state(raw: bytes) -> RunState:

@@ -25,7 +25,7 @@ from olstream.contract.records import Direction, Record, RunError, RunRef, RunSt
 from olstream.contract.times import record_time_problems
 from olstream.shared.errors import InvalidTimeError, OlstreamError
 from olstream.streams.mapping import MappingConfig, canonical_bytes
-from olstream.streams.state_store import dumps_state, loads_state
+from olstream.streams.state_store import dumps_state, loads_state, state_document
 from tests.support.stream_records import Harness, declared, ended, path_ref, ref_of, started
 
 FUZZ = settings(
@@ -190,6 +190,7 @@ def test_random_sequences_raise_only_olstream_errors_and_emit_valid_json(
             assert doc["eventType"] == o.event_type
             assert o.key.decode("utf-8").startswith("run:")
         if step.write is not None:
+            assert dumps_state(step.write) == canonical_bytes(state_document(step.write))
             stored = loads_state(dumps_state(step.write))
             assert stored == step.write
             h.table[step.key] = stored  # the worker's table holds the stored form
