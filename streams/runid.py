@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 _SEP = b"\x1f"  # unit separator: cannot appear ambiguously because every part is length-prefixed too
 _MAX_MS = (1 << 48) - 1
@@ -37,6 +38,7 @@ def identity_digest(namespace: str, workflow_type: str, workflow_instance: str, 
     return h.digest()
 
 
+@lru_cache(maxsize=4096)  # a parent's and a root's id are asked again by each of their children
 def run_id(
     namespace: str, workflow_type: str, workflow_instance: str, engine_run_id: str, start_time: datetime
 ) -> str:

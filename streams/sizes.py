@@ -19,7 +19,10 @@ FIXED_BYTES = 8192
 
 
 def _variable_chars(s: RunState) -> int:
-    n = sum(len(d.namespace) + len(d.name) + len(d.version or "") for d in (*s.inputs, *s.outputs))
+    n = 0
+    for refs in (s.inputs, s.outputs):
+        for d in refs:
+            n += len(d.namespace) + len(d.name) + len(d.version or "")
     end = s.end
     if end is not None:
         n += len(end.error_message or "") + len(end.error_type or "") + len(end.stack_trace or "")

@@ -109,30 +109,40 @@ class RunTable:
         the changelog since.
         """
         owned = self.owned()
+        routed = -1  # the partition the current event routes the store to
         for name, (state, event) in self.overlay.items():
             if event.message.tp not in owned:
                 continue
+            routed = self.route(event, routed)
             key = name.encode("utf-8")
             if state is None:
                 self.cache.pop(name, None)
-                self.write(event, key, None)
+                self.write(routed, key, None)
             else:
-                self.write(event, key, dumps_state(state))
+                self.write(routed, key, dumps_state(state))
                 self.remember(name, state)
-        self.overlay.clear()
         for input_partition, log_partition, mark, event in self.marks.take_batch():
             if event.message.tp not in owned:
                 continue
+            routed = self.route(event, routed)
             key = mark_key(input_partition, log_partition).encode("utf-8")
-            self.write(event, key, dumps_mark(mark))
+            self.write(routed, key, dumps_mark(mark))
             self.marks.written(input_partition, log_partition, mark)
+        self.overlay.clear()  # only now: the current event is a weak reference to one of its events
 
-    def write(self, event: Any, key: bytes, value: bytes | None) -> bool:
-        """Write (or with None delete) `key` in the partition of `event`: its RocksDB partition store,
-        and its changelog partition, as faust's own table write does. A delete of a key the store does
-        not hold writes nothing (False)."""
-        faust_private.set_current_event(event)  # the store writes to the event's partition
-        partition = event.message.partition
+    @staticmethod
+    def route(event: Any, routed: int) -> int:
+        """Make `event` the current event, which routes the store's writes to its partition, unless
+        the current one routes there already; the partition."""
+        partition: int = event.message.partition
+        if partition != routed:
+            faust_private.set_current_event(event)
+        return partition
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> bool:
+        """Write (or with None delete) `key` in `partition`, the current event's (`route`): its RocksDB
+        partition store, and its changelog partition, as faust's own table write does. A delete of a
+        key the store does not hold writes nothing (False)."""
         if value is None:
             if faust_private.raw_get(self.store, key) is None:
                 return False
