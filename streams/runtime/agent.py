@@ -39,7 +39,7 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
-from olstream.streams.runtime.input_order import InputOrder
+from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
 from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.run_table import RunTable
@@ -89,6 +89,34 @@ def _where(event: Any) -> str:
     )
 
 
+class TurnLock:
+    """An asyncio lock that also tells whether anyone holds it or waits for it (`free`).
+
+    A record whose processing never awaits may skip taking a free lock: acquiring and releasing it
+    at once would let nothing else run in between. The lock is fair (asyncio's), so a checkpoint or
+    rebalance hook that waits for it makes it not free, and records then queue behind it as before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._queued = 0  # tasks holding or waiting for the lock
+
+    def free(self) -> bool:
+        return self._queued == 0
+
+    async def __aenter__(self) -> None:
+        self._queued += 1
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._queued -= 1
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+        self._queued -= 1
+
+
 class StreamWorker:
     """The chain of one worker process, and the batch it is filling."""
 
@@ -123,7 +151,7 @@ class StreamWorker:
             confirm_within=sa.settings.session_timeout / 3,
         )
         self.batch = Batch()
-        self.lock = asyncio.Lock()  # one of: a record being processed, a checkpoint, a rebalance hook
+        self.lock = TurnLock()  # one of: a record being processed, a checkpoint, a rebalance hook
         self.stopping = False
         self.busy_seconds = 0.0  # time spent processing records (judge, decode, apply, send)
         self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports
@@ -138,24 +166,28 @@ class StreamWorker:
     def add(self, event: Any, child: WaitedChild | None = None) -> None:
         """Process one taken record: state into the batch's overlay, events into the producer."""
         if self.table.rescan_needed:
-            self.table.rescan()
+            token = faust_private.set_current_event(None)  # the rescan reads every partition
+            try:
+                self.table.rescan()
+            finally:
+                faust_private.reset_current_event(token)
         msg = event.message
         log_offsets = self.batch.add(msg.partition, msg.offset)
-        faust_private.set_current_event(event)  # table reads go to the event's partition
-        t = time.perf_counter()
-        self.step.handle(event, log_offsets, child)
-        self.busy_seconds += time.perf_counter() - t
+        token = faust_private.set_current_event(event)  # table reads go to the event's partition
+        try:
+            t = time.perf_counter()
+            self.step.handle(event, log_offsets, child)
+            self.busy_seconds += time.perf_counter() - t
+        finally:
+            faust_private.reset_current_event(token)
 
-    async def wait_for_parents(self, event: Any) -> WaitedChild | None:
-        """Wait until the run directory can resolve this record's parent (a child with heads).
+    async def wait_for_parents(self, event: Any, child: WaitedChild) -> None:
+        """Wait until the run directory can resolve this child's parent (`RecordStep.waited_child`).
 
         Called before the record takes the lock: checkpoints and rebalances go on meanwhile, and the
         directory's progress depends on the records topic only (`DirectoryReader`). Every such child's
         wait is observed, a zero one too: the START delay the directory adds.
         """
-        child = self.step.waited_child(event)
-        if child is None:
-            return None
         started = time.monotonic()
         need = self.step.pending(child)
         if need is not None:
@@ -171,7 +203,6 @@ class StreamWorker:
                 behind = (self.reader.newest_ms - child_s * 1000) / 1000
                 m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
         m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
-        return child
 
     async def wait_until_revoked(self, partition: int, offset: int, identity: int) -> None:
         """Hold the record at `offset` until the rebalance a refused commit announced revokes its
@@ -325,28 +356,39 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
+        m.drop_monitor_sensor(app)
         worker.reader.start()
         async for event in stream.events():
             msg = event.message
             if msg.partition >= sa.partitions:  # the input grew since the start: leave
                 check_assignment(sa.settings.input_topic, [msg.partition], sa.partitions)
             try:
-                taken = await worker.input.admit(msg.partition, msg.offset)
+                partition = msg.partition
+                taken = worker.input.admit_at_once(partition, msg.offset)
+                if taken == NOT_ASSIGNED:
+                    taken = await worker.input.admit(partition, msg.offset)
+                elif taken == HOLE:
+                    taken = await worker.input.hole_found(partition, msg.offset)
                 if taken is None:
                     continue
-                child = await worker.wait_for_parents(event)
-                async with worker.lock:
-                    if not worker.tracker.owns(msg.partition, taken):
-                        continue  # revoked while it waited for the lock: its next owner reads it again
-                    member = await worker.checkpoint.confirm_member(msg.partition)
-                    if member:
-                        token = faust_private.set_current_event(None)
-                        try:
+                child = worker.step.waited_child(event)
+                if child is not None:
+                    await worker.wait_for_parents(event, child)
+                if worker.lock.free() and worker.checkpoint.member_confirmed():
+                    # nothing below awaits, and nothing holds or waits for the lock: taking it would
+                    # change nothing (no checkpoint or rebalance hook can run meanwhile)
+                    member = True
+                    if worker.tracker.owns(partition, taken):
+                        worker.add(event, child)
+                else:
+                    async with worker.lock:
+                        if not worker.tracker.owns(partition, taken):
+                            continue  # revoked while it waited for the lock: its next owner reads it again
+                        member = await worker.checkpoint.confirm_member(partition)
+                        if member:
                             worker.add(event, child)
-                        finally:
-                            faust_private.reset_current_event(token)
                 if not member:  # the group dropped this worker: its next owner reads the record again
-                    await worker.wait_until_revoked(msg.partition, msg.offset, taken)
+                    await worker.wait_until_revoked(partition, msg.offset, taken)
                     continue
             except Exception as e:  # not caught to go on: the process ends here
                 exit_on_unexpected(_where(event), e)

@@ -146,12 +146,17 @@ class Checkpoint:
         else:
             log.info("input offsets %s not committed (a rebalance took the partitions)", offsets)
 
+    def member_confirmed(self) -> bool:
+        """Whether a commit was accepted within `confirm_within` seconds (`confirm_member` needs no
+        commit)."""
+        return time.monotonic() - self.confirmed_at < self.confirm_within
+
     async def confirm_member(self, partition: int) -> bool:
         """Whether the group counts this worker as a member of the current generation: true when a
         commit was accepted within `confirm_within` seconds, else after committing `partition`'s
         committed offset again (called under the worker's lock, so never beside a checkpoint's commit:
         an offset never goes backwards). False: the commit was refused (a rebalance is on its way)."""
-        if time.monotonic() - self.confirmed_at < self.confirm_within:
+        if self.member_confirmed():
             return True
         offset = self.tracker.recommit_offset(partition)
         if offset is None:

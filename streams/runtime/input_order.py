@@ -26,6 +26,10 @@ from olstream.streams.runtime import faust_private
 log = logging.getLogger(__name__)
 
 ASSIGN_TIMEOUT_SECONDS = 30.0  # a leader moving after a broker died is elected within seconds
+NOT_ASSIGNED = -1
+"""`InputOrder.admit_at_once`: the assignment's ledgers do not exist yet (`admit` waits for them)."""
+HOLE = -2
+"""`InputOrder.admit_at_once`: the record found a hole (`hole_found` asks the broker about it)."""
 
 
 def _timed_out(error: KafkaError) -> bool:
@@ -75,22 +79,35 @@ class InputOrder:
 
     # ------------------------------------------------------------------ records
 
-    async def admit(self, partition: int, offset: int) -> int | None:
+    def admit_at_once(self, partition: int, offset: int) -> int | None:
         """The identity of the partition's ledger when the agent takes the record (the next one of its
-        partition, in offset order), else None. The agent checks the identity again under its lock
-        (`InputTracker.owns`): a rebalance may have begun while this waited for the broker."""
+        partition, in offset order), else None; decided without awaiting anything, except for
+        `NOT_ASSIGNED` (ask `admit`) and `HOLE` (ask `hole_found`). The agent checks the identity again
+        under its lock (`InputTracker.owns`): a rebalance may have begun while it waited."""
         if not self.assigned.is_set():
-            await self.assigned.wait()  # records of a new assignment can reach the agent before its ledgers
+            return NOT_ASSIGNED
         verdict = self.tracker.arrived(partition, offset, time.monotonic())
         if verdict is Admission.HOLE:
-            probe = self.tracker.probe_hole(partition)
-            first = await self.first_record_from(partition, probe.ticket.offset)
-            decision = self.tracker.hole_probed(probe.ticket, offset, first, time.monotonic())
-            if isinstance(decision, ReadAgain):
-                await self.read_again(decision)
-                return None
-            verdict = decision
+            return HOLE
         return self.tracker.identity(partition) if verdict is Admission.PROCESS else None
+
+    async def admit(self, partition: int, offset: int) -> int | None:
+        """`admit_at_once`, waiting for the assignment's ledgers and asking about a hole."""
+        if not self.assigned.is_set():
+            await self.assigned.wait()  # records of a new assignment can reach the agent before its ledgers
+        taken = self.admit_at_once(partition, offset)
+        return await self.hole_found(partition, offset) if taken == HOLE else taken
+
+    async def hole_found(self, partition: int, offset: int) -> int | None:
+        """The record at `offset` arrived after a hole: the broker says what lies between (only
+        transaction markers: it is taken; records: the partition is read again from the first one)."""
+        probe = self.tracker.probe_hole(partition)
+        first = await self.first_record_from(partition, probe.ticket.offset)
+        decision = self.tracker.hole_probed(probe.ticket, offset, first, time.monotonic())
+        if isinstance(decision, ReadAgain):
+            await self.read_again(decision)
+            return None
+        return self.tracker.identity(partition) if decision is Admission.PROCESS else None
 
     async def first_record_from(self, partition: int, offset: int) -> int | None:
         """The broker's first record of the partition at or after `offset` (its end offset when there

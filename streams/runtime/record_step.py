@@ -29,13 +29,34 @@ from olstream.streams.processor import apply, parent_resolver
 from olstream.streams.run_directory import DirectoryLookup, Heads, NotCovered, RunDirectory
 from olstream.streams.runid import epoch_millis
 from olstream.streams.runtime import app as m
-from olstream.streams.runtime.rejects import ErrorRecords, int_header
+from olstream.streams.runtime.rejects import ErrorRecords, int_value
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Headers, Sender
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import StreamInputError
 
 log = logging.getLogger(__name__)
+
+
+def position_headers(headers: Any) -> tuple[int | None, int | None, bool]:
+    """In one pass over a record's headers: its log partition and offset (`rejects.int_header` of
+    `wire.HEADER_PARTITION` and `wire.HEADER_OFFSET`), and whether it carries
+    `deadletter.REDRIVE_ATTEMPT` (an error record sent again). The first value of a name counts, as
+    `wire.header_value` reads it."""
+    partition = offset = None
+    redriven = False
+    for key, value in headers.items() if isinstance(headers, dict) else (headers or ()):
+        if not isinstance(value, bytes):
+            continue
+        if key == wire.HEADER_PARTITION:
+            if partition is None:
+                partition = value
+        elif key == wire.HEADER_OFFSET:
+            if offset is None:
+                offset = value
+        elif key == deadletter.REDRIVE_ATTEMPT:
+            redriven = True
+    return int_value(partition), int_value(offset), redriven
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +93,11 @@ class RecordStep:
         (log partition -> the highest log offset of the batch's records of this input partition) is
         updated. `child` is what the wait for its parents decoded already (`waited_child`)."""
         msg = event.message
-        headers = msg.headers
-        log_partition = int_header(headers, wire.HEADER_PARTITION)
-        log_offset = int_header(headers, wire.HEADER_OFFSET)
+        log_partition, log_offset, redriven = position_headers(msg.headers)
         if log_partition is None or log_offset is None:  # no position in its headers: no mark to judge by
             self.handle_record(event, log_partition, log_offset, log_offsets, child)
             return
-        if wire.header_value(headers, deadletter.REDRIVE_ATTEMPT) is not None:
+        if redriven:
             # an error record sent again by `olstream errors redrive`: the mark covers its position
             # (it was refused), so it passes the mark, is processed as new, and moves no mark
             m.REDRIVEN.inc()

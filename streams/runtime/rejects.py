@@ -22,12 +22,16 @@ from olstream.streams.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 
-def int_header(headers: Any, name: str) -> int | None:
-    raw = wire.header_value(headers, name)
+def int_value(raw: bytes | None) -> int | None:
+    """A header's value as an int; None when absent or not a number."""
     try:
-        return int(raw) if raw is not None else None
+        return None if raw is None else int(raw)
     except ValueError:
         return None
+
+
+def int_header(headers: Any, name: str) -> int | None:
+    return int_value(wire.header_value(headers, name))
 
 
 class ErrorRecords:

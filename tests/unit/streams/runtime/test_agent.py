@@ -244,6 +244,8 @@ class FakeApp:
         self.on_rebalance_complete = FakeSignal()
         self.on_partitions_revoked = FakeSignal()
         self.on_partitions_assigned = FakeSignal()
+        self.monitor = object()  # faust adds its Monitor sensor when the app starts
+        self.sensors: set[object] = {self.monitor}
 
     def agent(self, channel: Any, **kwargs: Any) -> Callable[[Any], Any]:
         def register(fn: Callable[[Any], Awaitable[None]]) -> Any:
@@ -1069,3 +1071,54 @@ def test_every_event_carries_its_run_id_type_time_and_job_headers_for_the_sink(r
         assert headers[wire.HEADER_EVENT_TIME] == doc["eventTime"].encode()
         assert headers[wire.HEADER_JOB_NAMESPACE] == doc["job"]["namespace"].encode()
         assert headers[wire.HEADER_JOB_NAME] == doc["job"]["name"].encode("utf-8")
+
+
+def test_the_agent_takes_faust_s_monitor_sensor_off_the_app() -> None:
+    """Its per-event statistics serve faust's web pages, which the worker does not run."""
+    app = faust.App("olstream-test-monitor", web_enabled=False)
+    app.sensors.add(app.monitor)  # as faust does when the app starts
+    worker_app.drop_monitor_sensor(app)
+    assert app.monitor not in set(app.sensors)
+    worker_app.drop_monitor_sensor(app)  # a second call changes nothing
+
+
+def test_the_turn_lock_is_free_only_while_nobody_holds_or_waits_for_it() -> None:
+    async def scenario() -> list[bool]:
+        lock = agent.TurnLock()
+        seen = [lock.free()]
+        async with lock:
+            seen.append(lock.free())
+            waiter = asyncio.ensure_future(lock.__aenter__())
+            await asyncio.sleep(0)
+            seen.append(lock.free())
+        seen.append(lock.free())  # released, but the waiter has not run yet: still not free
+        await waiter
+        seen.append(lock.free())
+        await lock.__aexit__(None, None, None)
+        seen.append(lock.free())
+        async with lock:
+            cancelled = asyncio.ensure_future(lock.__aenter__())
+            await asyncio.sleep(0)  # it waits for the lock
+            cancelled.cancel()
+            await asyncio.gather(cancelled, return_exceptions=True)
+        seen.append(lock.free())  # a waiter cancelled while it waited holds nothing
+        return seen
+
+    assert asyncio.run(scenario()) == [True, False, False, False, False, True, True]
+
+
+def test_a_record_s_position_headers_are_read_in_one_pass_as_header_value_reads_them() -> None:
+    headers = [
+        (wire.HEADER_OFFSET, None),  # not bytes: passed over
+        (wire.HEADER_PARTITION, b"3"),
+        (wire.HEADER_OFFSET, b"17"),
+        (wire.HEADER_PARTITION, b"9"),  # the first value counts
+    ]
+    assert record_step.position_headers(headers) == (3, 17, False)
+    assert record_step.position_headers([*headers, (deadletter.REDRIVE_ATTEMPT, b"1")]) == (3, 17, True)
+    assert record_step.position_headers({wire.HEADER_PARTITION: b"x", wire.HEADER_OFFSET: b"2"}) == (
+        None,
+        2,
+        False,
+    )
+    assert record_step.position_headers(None) == (None, None, False)
