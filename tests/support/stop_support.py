@@ -11,8 +11,9 @@ monkeypatches one function of the service to block forever, then runs the comman
 
 - `worker-block`: `StreamWorker.add` blocks the event loop (a synchronous call that never returns)
   on the record at input partition P, offset O;
-- `worker-await`: `InputOrder.admit` never returns on that record, while the event loop runs on
-  (an agent that never returns, even when cancelled: faust's stop waits for it);
+- `worker-await`: the agent awaits `InputOrder.admit` for that record (`admit_at_once` sends it
+  there), which never returns, while the event loop runs on (an agent that never returns, even when
+  cancelled: faust's stop waits for it);
 - `source-flush`: the source's flush to Kafka never returns (the flush of a stop);
 - `sink-admit`: the sink blocks its event loop on the first event it consumes.
 
@@ -138,9 +139,14 @@ def _stick_worker(kind: str, partition: int, offset: int) -> None:
 
         StreamWorker.add = blocking_add  # type: ignore[method-assign]
     else:
-        from olstream.streams.runtime.input_order import InputOrder
+        from olstream.streams.runtime.input_order import NOT_ASSIGNED, InputOrder
 
-        admit = InputOrder.admit
+        admit, admit_at_once = InputOrder.admit, InputOrder.admit_at_once
+
+        def ask_admit(self: InputOrder, at_partition: int, at_offset: int) -> int | None:
+            if (at_partition, at_offset) == (partition, offset):
+                return NOT_ASSIGNED  # the agent awaits `admit` for this record
+            return admit_at_once(self, at_partition, at_offset)
 
         async def never_admit(self: InputOrder, at_partition: int, at_offset: int) -> bool:
             if (at_partition, at_offset) == (partition, offset):
@@ -149,6 +155,7 @@ def _stick_worker(kind: str, partition: int, offset: int) -> None:
             return await admit(self, at_partition, at_offset)
 
         InputOrder.admit = never_admit  # type: ignore[method-assign]
+        InputOrder.admit_at_once = ask_admit  # type: ignore[method-assign,assignment]
 
 
 def _stick_source() -> None:
