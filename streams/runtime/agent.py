@@ -1,7 +1,8 @@
 """The worker's agent: one faust agent, its timers and its rebalance hooks, around a short chain.
 
-A record's path (docs/worker.md draws it): faust's stream → ``InputOrder.admit`` (strict offset
-order; holes and tails are ``olstream.streams.input_tracker``'s) → ``RecordStep.handle`` (judge,
+A record's path (docs/worker.md draws it): faust's stream → ``InputOrder.admit_at_once`` (strict
+offset order, ``admit`` / ``hole_found`` where it must wait; holes and tails are
+``olstream.streams.input_tracker``'s) → ``RecordStep.handle`` (judge,
 decode, apply, send) → the ``Batch`` → ``Checkpoint.run`` (sends acknowledged, state written,
 changelog flushed, offsets committed). The input topic is declared with ``acks=False``: faust never
 acks, gap-fills or commits it; the checkpoint is the only commit.
