@@ -194,3 +194,35 @@ def test_console_prints_one_event_per_line_and_an_empty_topic_is_idle_at_once(
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert sorted(done.stdout.splitlines()) == sorted(e.value for e in events)
     assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+
+
+def test_until_idle_ends_on_a_topic_written_in_transactions_and_delivers_only_committed_events(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str
+) -> None:
+    """The worker's output under `exactly_once` is written in transactions: each partition ends in a
+    commit marker, which no consumer is given, and an aborted transaction's events lie in between.
+    `--until-idle` still ends, and the sink (read_committed) delivers the committed events only."""
+    from confluent_kafka import Producer
+
+    topic = make_topic(partitions=2)
+    committed = make_events(runs=20, events_per_run=2, jobs=3)
+    aborted = make_events(runs=5, events_per_run=2, jobs=2, namespace="aborted")
+    tx = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_group}.tx"})
+    tx.init_transactions(30)
+    for records, commit in ((committed[:20], True), (aborted, False), (committed[20:], True)):
+        tx.begin_transaction()
+        for rec in records:
+            tx.produce(topic, rec.value, rec.key, headers=list(rec.headers))
+        if commit:
+            tx.commit_transaction(30)
+        else:
+            tx.abort_transaction(30)
+    done = subprocess.run(
+        sink_command(
+            kafka_bootstrap, topic, unique_group, "--console", "--until-idle", "--dlq-topic", f"{topic}.dlq"
+        ),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert sorted(done.stdout.splitlines()) == sorted(e.value for e in committed)
