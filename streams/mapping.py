@@ -142,16 +142,19 @@ def _datasets_json(f: _Fragments, refs: tuple[DatasetRef, ...]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """What a RUNNING event carries besides the run: the datasets one declaration added, and its time."""
+    """What a RUNNING event carries besides the run: the datasets one declaration added, and the
+    declaration's time (the `workflow` facet's `declaredAt`; the event's eventTime is the run's start,
+    docs/naming.md, "What Marquez does with START and RUNNING times")."""
 
-    event_time: str
+    declared_at: str
     inputs: tuple[DatasetRef, ...] = ()
     outputs: tuple[DatasetRef, ...] = ()
 
 
 def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool, running: Running | None = None) -> bytes:
     """The RunEvent's canonical bytes: START (terminal=False), RUNNING (`running`: the run's facets as on
-    its START, only the datasets given) or the run's terminal event (every dataset)."""
+    its START plus the declaration's time, only the datasets given, and the START's eventTime) or the
+    run's terminal event (every dataset)."""
     f = _fragments(cfg)
     end = s.end
     if terminal:
@@ -160,7 +163,7 @@ def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool, running: Runnin
         event_type, event_time = TERMINAL_EVENT_TYPES[end.status], end.end_time
         inputs, outputs = s.inputs, s.outputs
     elif running is not None:
-        event_type, event_time = "RUNNING", running.event_time
+        event_type, event_time = "RUNNING", s.start_time  # "running since": Marquez's started_at
         inputs, outputs = running.inputs, running.outputs
     else:
         event_type, event_time = "START", s.start_time
@@ -194,6 +197,8 @@ def event_bytes(cfg: MappingConfig, s: RunState, terminal: bool, running: Runnin
         workflow += [',"principal":', _q(s.principal)]
     if s.supersedes is not None:
         workflow += [',"supersedes":', _q(s.supersedes)]
+    if running is not None and not terminal:
+        workflow += [',"declaredAt":', _q(running.declared_at)]
     if terminal and end is not None:
         workflow += [',"status":', _q(end.status)]
         if end.error_type is not None:

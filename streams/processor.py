@@ -63,7 +63,9 @@ def _running_output(
     cfg: MappingConfig, s: st.RunState, record: DatasetDeclared, added: st.DatasetRef
 ) -> Output:
     """The RUNNING event of the declaration that added `added`: a function of the state's run and the
-    record alone, so a replay of the record renders the same bytes."""
+    record alone, so a replay of the record renders the same bytes. Its eventTime is the run's start
+    (Marquez sets a run's start from every START and RUNNING event); the declaration's time is the
+    `workflow` facet's `declaredAt`."""
     new = (added,)
     running = (
         Running(st.format_time(record.time), inputs=new)
@@ -71,7 +73,7 @@ def _running_output(
         else Running(st.format_time(record.time), outputs=new)
     )
     run, value = s.run, running_event(cfg, s, running)
-    return Output(event_key(s), value, "RUNNING", run.run_id, running.event_time, run.namespace, run.name)
+    return Output(event_key(s), value, "RUNNING", run.run_id, s.start_time, run.namespace, run.name)
 
 
 def _terminal_output(cfg: MappingConfig, s: st.RunState) -> Output:

@@ -17,6 +17,10 @@ Read from Marquez's source (0.4x-0.51, MarquezProject/marquez):
   child's simple name is its name without ``{parent full name}.``; its stored (full) name is
   ``{parent full name}.{simple name}`` (the jobs trigger of ``R__1_Jobs_view_and_rewrite_function.sql``).
 - Runs: the state of the last event processed wins (no eventTime check); every POST is kept.
+- Run times (``updateBaseMarquezModel``, ``RunDao.updateStartState`` / ``updateEndState``): START, RUNNING
+  and any other non-terminal type map to the run state RUNNING (``getRunState``), and every event in that
+  state sets the run's ``started_at`` to its ``eventTime``, the last one processed winning; a terminal
+  event sets ``ended_at`` the same way. A parent run created from a child's facet gets neither.
 - Datasets: source = the ``dataSource`` facet's name, else ``"default"``; type always DB_TABLE.
 - Sources (``SourceDao.upsert``, ``OpenLineageDao.getUrlOrNull``): every dataset's facet upserts its source
   and replaces its connection URL with the facet's ``uri`` as ``java.net.URI`` reads it (else
@@ -98,6 +102,8 @@ class Run:
     inputs: dict[DatasetKey, None] = field(default_factory=dict)  # every event's, in arrival order
     outputs: dict[DatasetKey, None] = field(default_factory=dict)
     job_version: str | None = None  # the version its end linked to its job
+    started_at: str | None = None  # eventTime of the last START/RUNNING event processed (updateStartState)
+    ended_at: str | None = None  # eventTime of the last terminal event processed (updateEndState)
 
 
 @dataclass(frozen=True)
@@ -286,6 +292,10 @@ class MarquezRules:
         elif state is not None:
             run.state = state  # the job of an existing run is never changed (ON CONFLICT(uuid))
         run = self.model.runs[uid]
+        if state == "RUNNING":
+            run.started_at = str(doc["eventTime"])
+        elif state in TERMINAL_STATES:
+            run.ended_at = str(doc["eventTime"])
         for side, mapping in (("inputs", run.inputs), ("outputs", run.outputs)):
             for ds in doc.get(side) or []:
                 facet = (ds.get("facets") or {}).get("dataSource")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -173,12 +174,13 @@ def _datasets(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             for d in doc[key]]  # fmt: skip
 
 
-def test_running_events_carry_each_new_dataset_and_are_identical_over_2_and_5_partitions(
+def test_running_events_carry_each_new_dataset_and_are_identical_over_2x6_and_3x9_workers_partitions(
     kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path
 ) -> None:
     """--running-events on: START, one RUNNING per declaration that adds a dataset, terminal; an open
-    run's RUNNING events carry exactly the datasets it declared; the bytes do not depend on the
-    partition count."""
+    run's RUNNING events carry exactly the datasets it declared, with the run's start as eventTime and
+    the declaration's time as `declaredAt`; the bytes depend neither on the partition count nor on
+    how many workers share them (2 workers over 6 partitions, 3 over 9)."""
     rows, summary = simulated_rows(tmp_path, runs=300, seed=11)
     records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
     assert summary.open_runs > 0
@@ -188,26 +190,32 @@ def test_running_events_carry_each_new_dataset_and_are_identical_over_2_and_5_pa
     assert len({r.engine_run_id for r in starts}) == len(starts), "one run per engine run id in this log"
     expected = len(starts) + len(ends) + sum(len(v) for v in added.values())
     assert expected > len(starts) + len(ends), "the log declares datasets"
+    declared_at: dict[tuple[str, tuple[str, str, str]], datetime] = {}  # the declaration that added it
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if isinstance(r, DatasetDeclared):
+            dataset = (r.direction.value, normalize_namespace(r.dataset_namespace), r.dataset_name)
+            declared_at.setdefault((r.engine_run_id, dataset), r.time)
     outputs: dict[int, str] = {}
     procs = []
-    for n in (2, 5):
+    for workers, n in ((2, 6), (3, 9)):
         src, out, err = make_topic(n), make_topic(n), make_topic(1)
         produce_rows(kafka_bootstrap, src, rows)
         outputs[n] = out
-        cmd = worker_cmd(kafka_bootstrap, f"{unique_group}-{n}", tmp_path / f"w{n}", src, out, err,
-                         "--until-idle", "--running-events", "on")  # fmt: skip
-        procs.append((start_worker(cmd, tmp_path / f"w{n}.log"), tmp_path / f"w{n}.log"))
+        for i in range(workers):  # one group per partition count
+            cmd = worker_cmd(kafka_bootstrap, f"{unique_group}-{n}", tmp_path / f"w{n}-{i}", src, out, err,
+                             "--until-idle", "--running-events", "on")  # fmt: skip
+            procs.append((start_worker(cmd, tmp_path / f"w{n}-{i}.log"), tmp_path / f"w{n}-{i}.log"))
     for proc, log in procs:
         assert proc.wait(240) == 0, log.read_text()[-4000:]
     got = {n: consume_all(kafka_bootstrap, out, expect=expected, idle=1.0) for n, out in outputs.items()}
     for n, outs in got.items():
         assert len(outs) == expected and len({o.value for o in outs}) == expected, n
-    assert [o.value for o in sorted(got[2], key=lambda o: o.value)] == [
-        o.value for o in sorted(got[5], key=lambda o: o.value)
+    assert [o.value for o in sorted(got[6], key=lambda o: o.value)] == [
+        o.value for o in sorted(got[9], key=lambda o: o.value)
     ], "same log, same event bytes, RUNNING events included"
     v = validator()
     open_runs_with_datasets = 0
-    for events in by_run(got[5]).values():
+    for events in by_run(got[9]).values():
         v.validate(events[0].value)
         rid = events[0].doc["run"]["facets"]["workflow"]["engineRunId"]
         types = [e.doc["eventType"] for e in events]
@@ -222,8 +230,14 @@ def test_running_events_carry_each_new_dataset_and_are_identical_over_2_and_5_pa
             open_runs_with_datasets += 1
         assert types == want_types, (rid, types)
         assert [_datasets(r) for r in running] == [[d] for d in added[rid]], "one new dataset each"
+        start = events[0].doc
         for r in running:
             v.validate(json.dumps(r))
-            assert r["run"] == events[0].doc["run"] and r["job"] == events[0].doc["job"]
+            # the run's facets as on its START, plus the time of the declaration that added the dataset
+            workflow = r["run"]["facets"]["workflow"]
+            when = datetime.fromisoformat(workflow.pop("declaredAt").replace("Z", "+00:00"))
+            assert when == declared_at[(rid, _datasets(r)[0])], rid
+            assert r["run"] == start["run"] and r["job"] == start["job"]
+            assert r["eventTime"] == start["eventTime"], "a RUNNING event's eventTime is its run's start"
         assert len({e.key for e in events}) == 1 and len({e.partition for e in events}) == 1
     assert open_runs_with_datasets > 0, "an open run shows its datasets before it ends"

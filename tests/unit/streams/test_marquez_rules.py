@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from olstream.contract.records import Direction
 from olstream.streams.mapping import MappingConfig
+from olstream.streams.state import format_time
 from tests.support.marquez_rules import JETTY_400, MarquezRules, misplaced_runs, run_uuid, stale_job_versions
 from tests.support.receiver import Request
 from tests.support.stream_records import T0, Harness, chain, declared, ended, started
@@ -229,3 +230,23 @@ def test_the_job_version_is_the_union_of_all_the_runs_events() -> None:
     post(other, before[0], end)
     (bare,) = other.snapshot().jobs.values()
     assert bare.inputs == () and bare.version != job.version
+
+
+def test_with_running_events_marquez_keeps_each_run_s_true_start_and_end() -> None:
+    """Marquez sets a run's start from every START and RUNNING event: the RUNNING events carry the
+    run's start as eventTime, so the start Marquez keeps is the log's, and the end is the log's too."""
+    late = T0 + timedelta(minutes=40)
+    records = [
+        started("r"),
+        declared("r", offset=1, name="a", at=T0 + timedelta(minutes=10)),
+        declared("r", offset=2, direction=Direction.OUTPUT, ns="s3://lake", name="b", at=late),
+        ended("r", offset=3, at=T0 + timedelta(hours=1)),
+    ]
+    outs = Harness(MappingConfig(running_events=True)).feed(*records)
+    assert [o.event_type for o in outs] == ["START", "RUNNING", "RUNNING", "COMPLETE"]
+    rules = MarquezRules()
+    assert set(post(rules, *(o.value for o in outs))) == {201}
+    run = rules.snapshot().runs[run_uuid(outs[0].run_id)]
+    assert run.started_at == format_time(T0) and run.ended_at == format_time(T0 + timedelta(hours=1))
+    # the declaration's own time is on the workflow facet of its RUNNING event
+    assert json.loads(outs[2].value)["run"]["facets"]["workflow"]["declaredAt"] == format_time(late)

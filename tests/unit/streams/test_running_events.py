@@ -52,9 +52,16 @@ def test_each_new_dataset_gets_one_running_event_with_only_that_dataset() -> Non
     assert [d["name"] for d in complete["inputs"]] == ["a", "c"]
     assert [d["name"] for d in complete["outputs"]] == ["b"]
     for running, record_offset in ((r1, 1), (r2, 2), (r3, 4)):
-        assert running["run"] == start["run"]  # the run's facets as on its START
+        # the run's facets as on its START, and the declaration's time in the workflow facet
+        workflow = running["run"]["facets"]["workflow"]
+        assert workflow.pop("declaredAt") == format_time(T0 + timedelta(seconds=record_offset))
+        assert running["run"] == start["run"]
         assert running["job"] == start["job"]
-        assert running["eventTime"] == format_time(T0 + timedelta(seconds=record_offset))  # the record's time
+        # eventTime is the run's start ("running since"): Marquez sets a run's start from it
+        assert running["eventTime"] == start["eventTime"] == format_time(T0)
+    assert "declaredAt" not in start["run"]["facets"]["workflow"]
+    assert "declaredAt" not in complete["run"]["facets"]["workflow"]
+    assert [o.event_time for o in outs] == [o_doc["eventTime"] for o_doc in (start, r1, r2, r3, complete)]
     assert {o.key for o in outs} == {outs[0].key} and {o.run_id for o in outs} == {outs[0].run_id}
 
 
