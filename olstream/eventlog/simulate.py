@@ -10,7 +10,8 @@ their parent's full coordinates and the tree's root; some carry only the parent'
 and some name a parent that is not in the log at all (started by another engine: no edge).
 
 Everything (ids, times, choices) derives from the seed: the same seed and run count write the
-same records. Times start at `base_time` and advance by seeded increments, never the wall clock.
+same records. Times start at `base_time` and advance by seeded increments, never the wall clock,
+so the span of simulated time does not depend on the base time (`base_time_ending`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import bisect
 import gc
 import itertools
 import random
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
 
 from olstream.contract.records import RunError, RunRef, RunStatus
@@ -377,3 +380,21 @@ def simulate(
         first_time=base_time,
         last_time=sim.now,
     )
+
+
+def base_time_ending(end: datetime, runs: int, seed: int = 0, *, partitions: int = 8) -> datetime:
+    """The base time at which `simulate(store, runs, seed)` writes its last record at `end`.
+
+    Simulated time advances by seeded increments from the base time, so its span is the same for
+    every base time; one dry run at `BASE_TIME` into a scratch SQLite log measures it.
+    """
+    from olstream.eventlog.sqlite_store import SqliteEventLogStore
+
+    with tempfile.TemporaryDirectory(prefix="olstream-span-") as scratch:
+        url = f"sqlite:///{Path(scratch) / 'span.db'}"
+        store = SqliteEventLogStore.open(url, partitions=partitions, create=True)
+        try:
+            dry = simulate(store, runs, seed)
+        finally:
+            store.close()
+    return end - (dry.last_time - dry.first_time)

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ class DemoSettings:
     bootstrap: str | None
     partitions: int
     seed: int | None
+    base_time: datetime | None  # None: the simulated span ends when the demo starts
     timeout: float
     keep: bool
 
@@ -84,6 +86,7 @@ def demo_settings(values: Mapping[str, Any]) -> DemoSettings:
         bootstrap=values["bootstrap"] or None,
         partitions=values["partitions"],
         seed=values["seed"],
+        base_time=values["base_time"],
         timeout=values["timeout"],
         keep=values["keep"],
     )
@@ -148,20 +151,30 @@ class Demo:
 
     # -- pipeline -------------------------------------------------------------------------------
     def simulate(self, log_url: str) -> LogCounts:
-        """Write the seeded workload in-process (what `olstream log simulate` does) and count it."""
-        from olstream.eventlog.simulate import simulate
+        """Write the seeded workload in-process (what `olstream log simulate` does) and count it.
+
+        Without --base-time the simulated span ends now, so a receiver's views of today (Marquez's
+        dashboard and Events page) show it; --base-time gives the same log on every run.
+        """
+        from olstream.eventlog.simulate import base_time_ending, simulate
         from olstream.eventlog.stores import open_store
 
+        seed = self.s.seed if self.s.seed is not None else 0
         with self.console.status(f"simulating {self.s.runs} workflow runs into {log_url} ..."):
+            base_time = self.s.base_time
+            if base_time is None:
+                now = datetime.now(UTC).replace(microsecond=0)
+                base_time = base_time_ending(now, self.s.runs, seed, partitions=LOG_PARTITIONS)
             store = open_store(log_url, partitions=LOG_PARTITIONS, create=True)
             try:
-                simulate(store, self.s.runs, self.s.seed if self.s.seed is not None else 0)
+                summary = simulate(store, self.s.runs, seed, base_time=base_time)
             finally:
                 store.close()
             counts = count_log(log_url)
         self.console.print(
             f"[green]✓[/] event log: {counts.records} records, {counts.runs_started} runs started, "
-            f"{counts.runs_finished} finished"
+            f"{counts.runs_finished} finished, dated {summary.first_time:%Y-%m-%d %H:%M} to "
+            f"{summary.last_time:%Y-%m-%d %H:%M} UTC"
         )
         return counts
 

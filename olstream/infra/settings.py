@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from olstream.contract import topics
-from olstream.eventlog.settings import LOG_URL
+from olstream.eventlog.settings import LOG_URL, parse_base_time
 from olstream.infra import marquez, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
@@ -130,6 +130,13 @@ DEMO = (
     Setting("bootstrap", None, "Kafka bootstrap servers [none: a local broker]", env=BOOTSTRAP.env_name),
     Setting("partitions", 6, "partitions of the demo topics", parse=int, env="", check=at_least(1)),
     Setting("seed", None, "simulator seed", parse=int, env=""),
+    Setting(
+        "base_time",
+        None,
+        "simulated start time, ISO 8601 with offset [none: the workload ends now, dated today]",
+        parse=parse_base_time,
+        env="",
+    ),
     _timeout(600.0, "give up after this many seconds"),
     Setting("keep", False, "keep the work directory (logs of every process)", switch=True, env=""),
     LOG_FORMAT,

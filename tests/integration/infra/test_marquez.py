@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +27,9 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from olstream.contract.codec import decode
+from olstream.contract.records import RunEnded, RunStarted
+from olstream.eventlog.stores import open_store
 from olstream.infra import marquez
 from olstream.infra.process import free_port
 from olstream.infra.settings import MARQUEZ
@@ -256,3 +260,102 @@ def test_pipeline_into_marquez_keeps_jobs_runs_datasets_and_edges(
             graph = _get(client, f"/api/v1/lineage?nodeId={quote(node, safe='')}&depth=1")["graph"]
             me = next(n for n in graph if n["id"] == node)
             assert me["data"].get("parentJobName") == event["run"]["facets"]["parent"]["job"]["name"]
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _log_times(log_url: str) -> dict[str, tuple[datetime, datetime | None]]:
+    """Engine run id -> (start, end or None) as the event log has them."""
+    store = open_store(log_url)
+    try:
+        records = [decode(r.payload, r.partition, r.offset) for p in store.partitions()
+                   for r in store.read(p, -1, 1_000_000)]  # fmt: skip
+    finally:
+        store.close()
+    starts = {r.engine_run_id: r.start_time for r in records if isinstance(r, RunStarted)}
+    assert len(starts) == sum(isinstance(r, RunStarted) for r in records), "one run per engine run id"
+    ends = {r.engine_run_id: r.end_time for r in records if isinstance(r, RunEnded)}
+    return {rid: (start, ends.get(rid)) for rid, start in starts.items()}
+
+
+def test_with_running_events_marquez_shows_each_run_s_start_and_end_as_in_the_log(
+    marquez_url: str,
+    kafka_bootstrap: str,
+    make_topic: Any,
+    unique_group: str,
+    tmp_path: Path,
+    olstream_cmd: list[str],
+    subprocess_env: dict[str, str],
+) -> None:
+    """Marquez 0.51.1 sets a run's started_at from every START *and* RUNNING event: with RUNNING
+    events on, each finished run's startedAt and endedAt must still be the log's start and end."""
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    eventlog, events_topic = make_topic(partitions=3), make_topic(partitions=3)
+    job_prefix = f"mq{uuid.uuid4().hex[:6]}."
+    base_time = (datetime(2024, 5, 1, tzinfo=UTC) + timedelta(minutes=uuid.uuid4().int % 500_000)).isoformat()
+    env, b = subprocess_env, ["--bootstrap", kafka_bootstrap]
+    _run([*olstream_cmd, "log", "simulate", "--log", log_url, "--runs", "150", "--seed", "8",
+          "--base-time", base_time], env)  # fmt: skip
+    _run([*olstream_cmd, "source", "--log", log_url, *b, "--topic", eventlog, "--until-idle"], env)
+    _run(
+        [*olstream_cmd, "worker", *b, "--app-id", f"mq-{job_prefix[:-1]}", "--data-dir", str(tmp_path / "w"),
+         "--input-topic", eventlog, "--output-topic", events_topic, "--job-prefix", job_prefix,
+         "--running-events", "on", "--until-idle"],
+        env,
+    )  # fmt: skip
+    _run([*olstream_cmd, "sink", *b, "--topic", events_topic, "--group", unique_group, "--url", marquez_url,
+          "--until-idle"], env)  # fmt: skip
+
+    log_times = _log_times(log_url)
+    events = _read_topic(kafka_bootstrap, events_topic)
+    engine_run = {e["run"]["runId"]: e["run"]["facets"]["workflow"]["engineRunId"] for e in events}
+    running = [e for e in events if e["eventType"] == "RUNNING"]
+    declared_later = {
+        e["run"]["runId"]
+        for e in running
+        if _instant(e["run"]["facets"]["workflow"]["declaredAt"]) > _instant(e["eventTime"])
+    }
+    assert declared_later, "runs whose RUNNING events report declarations after their start"
+    finished = {e["run"]["runId"] for e in events if e["eventType"] in ("COMPLETE", "FAIL", "ABORT")}
+    off: list[str] = []
+    with httpx.Client(base_url=marquez_url, timeout=30) as client:
+        for run_id in sorted(finished):
+            start, end = log_times[engine_run[run_id]]
+            run = _get(client, f"/api/v1/jobs/runs/{run_id}")
+            got = (run.get("startedAt"), run.get("endedAt"))
+            if None in got or (_instant(str(got[0])), _instant(str(got[1]))) != (start, end):
+                off.append(f"{run_id}: Marquez {got}, log {start.isoformat()} .. {end}")
+    print(f"{len(off)} of {len(finished)} finished runs off ({len(declared_later & finished)} with RUNNING "
+          f"events declared after their start, {len(running)} RUNNING events)")  # fmt: skip
+    assert off == [], f"{len(off)} of {len(finished)} finished runs off: {off[:5]}"
+
+
+def test_demo_dated_today_shows_in_marquez_s_events_for_today(
+    marquez_url: str, kafka_bootstrap: str, olstream_cmd: list[str], subprocess_env: dict[str, str]
+) -> None:
+    """`olstream demo` without --base-time ends its simulated span now: Marquez's dashboard and
+    Events page (GET /api/v1/events/lineage with today's range) show its events."""
+    began = datetime.now(UTC)
+    done = subprocess.run(
+        [*olstream_cmd, "demo", "--runs", "40", "--workers", "1", "--partitions", "3", "--seed", "21",
+         "--bootstrap", kafka_bootstrap, "--url", marquez_url, "--timeout", "240"],
+        env={**subprocess_env, "COLUMNS": "160"}, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = re.search(r"runs simulated \(started / finished\)\D*(\d+) / (\d+)", done.stdout)
+    assert found, done.stdout
+    started = int(found.group(1))
+    # today's range, as Marquez's UI asks for it (widened to an hour before the demo near midnight)
+    after = min(began.replace(hour=0, minute=0, second=0, microsecond=0), began - timedelta(hours=1))
+    before = datetime.now(UTC) + timedelta(minutes=1)
+    window = f"after={after:%Y-%m-%dT%H:%M:%SZ}&before={before:%Y-%m-%dT%H:%M:%SZ}&limit=100000"
+    with httpx.Client(base_url=marquez_url, timeout=30) as client:
+        listed = _get(client, f"/api/v1/events/lineage?{window}")["events"]
+    starts = [e for e in listed if e["eventType"] == "START" and "workflow" in e["run"].get("facets", {})]
+    assert len(starts) >= started, f"{len(starts)} START events in {window}, the demo started {started} runs"
+    assert all(after <= _instant(e["eventTime"]) <= before for e in listed)
+    # the span ends now: its last START is minutes before the demo ran, not in 2024
+    latest = max(_instant(e["eventTime"]) for e in starts)
+    assert began - timedelta(minutes=30) <= latest <= before, latest

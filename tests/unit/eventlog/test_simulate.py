@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from olstream.contract.codec import decode
 from olstream.contract.records import DatasetDeclared, Direction, Record, RunEnded, RunStarted, RunStatus
-from olstream.eventlog.simulate import BASE_TIME, OPEN, simulate
+from olstream.eventlog.simulate import BASE_TIME, OPEN, base_time_ending, simulate
 from tests.support.memory_store import MemoryEventLogStore
 
 FAILURES = {
@@ -200,3 +200,19 @@ def test_read_versions_are_versions_a_writer_wrote_and_namespaces_are_receiver_l
     assert all(normalize_namespace(ns) == ns for ns in namespaces)
     assert "postgres://crm-db.xn--bcher-kva.example:5432" in namespaces  # the IDN host, in IDNA form
     assert any(not d.dataset_name.isascii() for d in declarations)
+
+
+def test_base_time_ending_puts_the_last_record_at_the_end_given() -> None:
+    """The simulated span does not depend on the base time, so the demo can date its log to end now."""
+    end = datetime(2031, 7, 9, 13, 5, 7, tzinfo=UTC)
+    base = base_time_ending(end, 60, 3, partitions=4)
+    store = MemoryEventLogStore(4)
+    summary = simulate(store, 60, 3, base_time=base)
+    assert summary.first_time == base and summary.last_time == end
+    times = [decode(r.payload, r.partition, r.offset).append_time for r in store.all_rows()]
+    assert min(times) >= base and max(times) <= end
+    assert end - max(times) < timedelta(minutes=5)  # the workload runs until about then
+    # the same records as at BASE_TIME, shifted: same count and the same gaps between records
+    reference = MemoryEventLogStore(4)
+    at_base = simulate(reference, 60, 3)
+    assert summary.records == at_base.records and end - base == at_base.last_time - at_base.first_time

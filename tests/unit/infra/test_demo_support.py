@@ -66,3 +66,18 @@ def test_running_events_of_a_run_are_told_apart_by_the_dataset_and_its_side() ->
     assert tally.running == 2 and tally.conflicting == 0
     tally.add(json.dumps({**base, "eventTime": "other", "inputs": ds, "outputs": []}).encode())
     assert tally.conflicting == 1  # the same RUNNING event with other bytes
+
+
+def test_demo_base_time_defaults_to_now_and_takes_an_explicit_time() -> None:
+    """No --base-time: the demo dates its workload to end now; --base-time keeps a run reproducible."""
+    from datetime import UTC, datetime
+
+    from olstream.infra.demo import demo_settings
+    from olstream.infra.settings import DEMO
+    from olstream.shared.config import resolve
+
+    assert demo_settings(resolve("demo", DEMO, {}, {}).values).base_time is None
+    flags = {"base_time": "2024-05-01T00:00:00+00:00"}
+    assert demo_settings(resolve("demo", DEMO, flags, {}).values).base_time == datetime(
+        2024, 5, 1, tzinfo=UTC
+    )

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
-from olstream.contract.records import Direction
+from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunStarted
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.state import format_time
 from tests.support.marquez_rules import JETTY_400, MarquezRules, misplaced_runs, run_uuid, stale_job_versions
@@ -236,7 +236,7 @@ def test_with_running_events_marquez_keeps_each_run_s_true_start_and_end() -> No
     """Marquez sets a run's start from every START and RUNNING event: the RUNNING events carry the
     run's start as eventTime, so the start Marquez keeps is the log's, and the end is the log's too."""
     late = T0 + timedelta(minutes=40)
-    records = [
+    records: list[RunStarted | DatasetDeclared | RunEnded] = [
         started("r"),
         declared("r", offset=1, name="a", at=T0 + timedelta(minutes=10)),
         declared("r", offset=2, direction=Direction.OUTPUT, ns="s3://lake", name="b", at=late),
