@@ -174,7 +174,12 @@ class Demo:
         self.console.print(
             f"[green]✓[/] event log: {counts.records} records, {counts.runs_started} runs started, "
             f"{counts.runs_finished} finished, dated {summary.first_time:%Y-%m-%d %H:%M} to "
-            f"{summary.last_time:%Y-%m-%d %H:%M} UTC"
+            f"{summary.last_time:%H:%M} UTC"
+            + (
+                ""
+                if summary.last_time.date() == summary.first_time.date()
+                else f" ({summary.last_time:%Y-%m-%d})"
+            )
         )
         return counts
 
