@@ -384,10 +384,8 @@ class Sink(LagGauge, Repeats):
             position = self.positions.get(tp)
             if position is None:
                 position = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
-            # a topic written in transactions (the worker's output under exactly_once) ends in a
-            # commit marker no consumer is given: the consumer's own position passes it
-            [passed] = self.consumer.position([TopicPartition(*tp)])
-            position = max(position, passed.offset)
+            # a topic written in transactions ends in a marker no consumer is given: the position passes it
+            position = max(position, self.consumer.position([TopicPartition(*tp)])[0].offset)
             if not consumed_to_end({tp: bounds}, {tp: position}):
                 return False
         return True
