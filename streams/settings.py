@@ -42,6 +42,8 @@ def _mapping(name: str) -> Any:
 
 
 ON_OFF = ("on", "off")
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly_once", "at_least_once"
+PROCESSING_GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 RUNNING_EVENTS_DEFAULT = "on" if _mapping("running_events") else "off"  # why: docs/worker.md#running-events
 
 
@@ -112,6 +114,15 @@ WORKER_SETTINGS = (
     Setting("producer", _mapping("producer"), "the RunEvents' producer URL"),
     Setting("integration", _mapping("integration"), "jobType facet integration"),
     Setting("programming_language", _mapping("programming_language"), "errorMessage facet language"),
+    Setting(
+        "processing_guarantee",
+        "exactly_once",
+        "exactly_once: each checkpoint is one Kafka transaction per input partition (its events, error "
+        "records, state and input offset), so a worker the group dropped can never write again and "
+        "read_committed subscribers get each event once; at_least_once: no transactions (for "
+        "Kafka-compatible services without them), events may repeat after a crash or a rebalance",
+        choices=PROCESSING_GUARANTEES,
+    ),
     Setting("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),
     Setting(
         "batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=at_least(0)
@@ -154,6 +165,7 @@ class WorkerSettings:
     default_partitions: int = _D["partitions"]
     output_partitions: int = _D["output_partitions"]
     until_idle: bool = _D["until_idle"]
+    processing_guarantee: str = _D["processing_guarantee"]
     idle_check_interval: float = 0.5
     batch_size: int = _D["batch_size"]
     batch_within: float = _D["batch_seconds"]
@@ -175,6 +187,10 @@ class WorkerSettings:
     @property
     def connection(self) -> KafkaConnection:
         return self.kafka or KafkaConnection(self.bootstrap)
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == EXACTLY_ONCE
 
 
 def resolve_worker_settings(
@@ -205,6 +221,7 @@ def resolve_worker_settings(
         default_partitions=r["partitions"],
         output_partitions=r["output_partitions"],
         until_idle=r["until_idle"],
+        processing_guarantee=r["processing_guarantee"],
         retention_ms=int(r["retention"] * 1000),
         parent_retention_ms=int(r["parent_retention"] * 1000),
         batch_size=r["batch_size"],

@@ -3,9 +3,14 @@
 A record's path (docs/worker.md draws it): faust's stream → ``InputOrder.admit_at_once`` (strict
 offset order, ``admit`` / ``hole_found`` where it must wait; holes and tails are
 ``olstream.streams.input_tracker``'s) → ``RecordStep.handle`` (judge,
-decode, apply, send) → the ``Batch`` → ``Checkpoint.run`` (sends acknowledged, state written,
-changelog flushed, offsets committed). The input topic is declared with ``acks=False``: faust never
-acks, gap-fills or commits it; the checkpoint is the only commit.
+decode, apply, send) → the ``Batch`` → ``Checkpoint.run`` (made durable in Kafka: sends and
+changelog acknowledged and offsets committed, or under exactly_once one transaction per input
+partition; then stored). The input topic is declared with ``acks=False``: faust never acks,
+gap-fills or commits it; the checkpoint is the only commit.
+
+An assignment first initialises the partitions' transactional producers (exactly_once: that fences
+their previous owner), then restores their run states from the changelog (read_committed), then
+reads the group's committed offsets; records of the new assignment wait for all three.
 
 A rebalance revokes every partition (faust's eager protocol): faust first suspends the stream, then
 sends ``on_partitions_revoked``, and the worker runs the batch's checkpoint there, before the
@@ -25,12 +30,11 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from olstream.contract import topics, wire
-from olstream.shared.errors import ExitCode
 from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_tracker import InputTracker
 from olstream.streams.run_directory import RunDirectory
@@ -40,45 +44,20 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
+from olstream.streams.runtime.exits import exit_on_unexpected
 from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
 from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
+from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.runtime.run_table import RunTable
-from olstream.streams.runtime.sender import Sender
+from olstream.streams.runtime.sender import EventSends, Sender
 from olstream.streams.runtime.topology import changelog_topic, check_assignment
+from olstream.streams.runtime.transactions import PartitionTransactions
 
 log = logging.getLogger(__name__)
 
-EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before anything past it is committed
 REJOIN_SECONDS = 120.0  # a record the group refused waits this long for the rebalance, then the process ends
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
-
-
-def exit_on_unexpected(what: str, error: BaseException) -> NoReturn:
-    """Stop the process now: faust would restart a crashed agent and go on past the record.
-
-    Exceptions the project raises on purpose for bad input are routed to the errors topic before
-    they get here; anything else is a bug or a broken dependency, and the only safe answer is to
-    leave before the record's offset (or its batch's) can be committed: it is processed again.
-    """
-    if type(error).__name__ == "PartitionsMismatch":  # faust's, at a table write: the input grew
-        log.critical(
-            "%s: %s; the input topic gained partitions since this worker started: it leaves without "
-            "committing the batch (exit %d); restart it, and the start grows the state changelog to match",
-            what,
-            error,
-            int(ExitCode.INPUT_GREW),
-        )
-        os._exit(ExitCode.INPUT_GREW)
-    log.critical(
-        "%s: unexpected %s: %s; exiting without committing the batch (nothing past the last checkpoint "
-        "is committed; the records are processed again)",
-        what,
-        type(error).__name__,
-        error,
-        exc_info=error,
-    )
-    os._exit(EX_FAILED)
 
 
 def _where(event: Any) -> str:
@@ -123,33 +102,43 @@ class StreamWorker:
 
     def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
         self.sa = sa
-        self.settings = sa.settings
+        self.settings = settings = sa.settings
         self.input_offsets = input_offsets
         self.tracker = InputTracker()
-        self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, sa.settings.input_topic)
-        self.changelog = ChangelogWriter(
-            sa.settings.connection,
-            changelog_topic(sa.settings.app_id),
-            sa.table.data,
-            topics.producer_size_config(sa.settings.max_event_bytes),
+        self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, settings.input_topic)
+        sized = topics.producer_size_config(settings.max_event_bytes)
+        changelog = changelog_topic(settings.app_id)
+        self.changelog = ChangelogWriter(settings.connection, changelog, sized)
+        self.transactions = (
+            PartitionTransactions(
+                settings.connection,
+                settings.app_id,
+                settings.input_topic,
+                input_offsets.group_metadata,
+                sized,
+            )
+            if settings.exactly_once
+            else None
         )
-        self.table = RunTable(sa.settings, sa.table, self.changelog, self.owned_input_tps)
-        starts = DiskRunStarts(Path(sa.settings.data_dir) / "run-directory")
-        self.directory = RunDirectory(sa.settings.parent_retention_ms, starts)
+        # under exactly_once a record's events and error records go into its partition's transaction
+        outputs: EventSends = sender if self.transactions is None else self.transactions
+        self.store = RunStore(settings.connection, settings.data_dir, changelog, settings.app_id)
+        self.table = RunTable(settings, self.store, self.owned_input_tps)
+        starts = DiskRunStarts(Path(settings.data_dir) / "run-directory")
+        self.directory = RunDirectory(settings.parent_retention_ms, starts)
         self.reader = DirectoryReader(
-            sa.settings.connection, sa.settings.app_id, sa.settings.input_topic, sa.partitions, self.directory
+            settings.connection, settings.app_id, settings.input_topic, sa.partitions, self.directory
         )
-        self.step = RecordStep(
-            sa.settings, self.table, ErrorRecords(sa.settings, sender), sender, self.directory
-        )
+        self.step = RecordStep(settings, self.table, ErrorRecords(settings, outputs), outputs, self.directory)
         self.checkpoint = Checkpoint(
-            sa.settings.input_topic,
+            settings.input_topic,
             sender,
             self.table,
             changelog=self.changelog,
             commit=lambda offsets: faust_private.commit_offsets(sa.app.consumer, offsets),
             tracker=self.tracker,
-            confirm_within=sa.settings.session_timeout / 3,
+            confirm_within=settings.session_timeout / 3,
+            transactions=self.transactions,
         )
         self.batch = Batch()
         self.lock = TurnLock()  # one of: a record being processed, a checkpoint, a rebalance hook
@@ -165,22 +154,19 @@ class StreamWorker:
     # ------------------------------------------------------------------ processing
 
     def add(self, event: Any, child: WaitedChild | None = None) -> None:
-        """Process one taken record: state into the batch's overlay, events into the producer."""
+        """Process one taken record: state into the batch's overlay, events into the producer (or the
+        partition's transaction)."""
         if self.table.rescan_needed:
-            token = faust_private.set_current_event(None)  # the rescan reads every partition
-            try:
-                self.table.rescan()
-            finally:
-                faust_private.reset_current_event(token)
+            self.table.rescan()
         msg = event.message
-        log_offsets = self.batch.add(msg.partition, msg.offset)
-        token = faust_private.set_current_event(event)  # table reads go to the event's partition
-        try:
-            t = time.perf_counter()
-            self.step.handle(event, log_offsets, child)
-            self.busy_seconds += time.perf_counter() - t
-        finally:
-            faust_private.reset_current_event(token)
+        partition = msg.partition
+        log_offsets = self.batch.add(partition, msg.offset)
+        self.table.partition = partition  # table reads go to the record's partition's store
+        if self.transactions is not None:
+            self.transactions.select(partition)
+        t = time.perf_counter()
+        self.step.handle(event, log_offsets, child)
+        self.busy_seconds += time.perf_counter() - t
 
     async def wait_for_parents(self, event: Any, child: WaitedChild) -> None:
         """Wait until the run directory can resolve this child's parent (`RecordStep.waited_child`).
@@ -244,14 +230,20 @@ class StreamWorker:
             await self.checkpoint_locked()
             self.input.revoked()
             self.table.rescan_needed = True
+            if self.transactions is not None:
+                self.transactions.close()
 
     async def on_partitions_assigned(self) -> None:
         owned = sorted(tp.partition for tp in self.owned_input_tps())
         check_assignment(self.settings.input_topic, owned, self.sa.partitions)  # the input grew: leave
+        loop = asyncio.get_running_loop()
         try:
-            await self.input.assign(owned)
+            if self.transactions is not None:  # fences the previous owners: nothing of theirs lands after
+                await loop.run_in_executor(None, self.transactions.assign, owned)
+            await loop.run_in_executor(None, self.store.assign, owned)  # committed state only
+            await self.input.assign(owned)  # the committed offsets, read after the fence
         except Exception as e:  # the broker did not say where the group stands: nothing is safe to take
-            exit_on_unexpected(f"reading the committed offsets of input partitions {owned}", e)
+            exit_on_unexpected(f"taking input partitions {owned} (producers, run states, offsets)", e)
 
     # ------------------------------------------------------------------ evictions
 

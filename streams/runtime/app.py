@@ -1,6 +1,9 @@
-"""The faust app of the lineage stream: input topic, run-state table (RocksDB), output topics.
+"""The faust app of the lineage stream: the input topic faust reads for the agent, and the topics.
 
-The agent (``olstream.streams.runtime.agent``) stays thin; everything event-shaped is in
+faust reads the input and runs the agent, its timers and its rebalance hooks; the run-state table
+is the worker's own (``olstream.streams.runtime.run_store``), so that its state follows the batch's
+Kafka writes (and transactions) and a restore reads only committed changelog writes. The agent
+(``olstream.streams.runtime.agent``) stays thin; everything event-shaped is in
 ``olstream.streams.processor`` / ``olstream.streams.mapping``, which import no faust.
 """
 
@@ -33,7 +36,7 @@ from olstream.shared.kafka_clients import (
 )
 from olstream.shared.kafka_settings import Replication
 from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
-from olstream.streams.runtime.topology import TABLE_NAME, match_changelog
+from olstream.streams.runtime.topology import changelog_topic, match_changelog
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -122,7 +125,6 @@ class StreamApp:
     input_topic: Any
     output_topic: Any
     errors_topic: Any
-    table: Any
     partitions: int
 
 
@@ -143,6 +145,8 @@ def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
     if partitions is None:
         raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
     match_changelog(kafka, settings.app_id, settings.input_topic, partitions)
+    changelog = {**CHANGELOG_CONFIG, **sized}
+    ensure_topic(kafka, changelog_topic(settings.app_id), partitions, changelog, replication=replication)
     ensure_topic(kafka, settings.output_topic, settings.output_partitions, sized, replication=replication)
     ensure_topic(kafka, settings.errors_topic, 1, sized, replication=replication)
     if ignored := librdkafka_only(kafka):
@@ -157,26 +161,14 @@ def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
     return partitions, replace(settings, max_event_bytes=limit, replication=replication)
 
 
-# Memory of each partition's RocksDB store, bounded. faust's defaults are 64 MiB write buffers, three
-# of them, and a 2 GiB block cache per partition store: the worker's RSS then grew with the table
-# until those filled (+35% from 250,000 to 1,000,000 runs, docs/benchmarks.md "Memory"). The live
-# table is small (open runs, and finished ones until --retention), and most reads hit the batch's
-# overlay or the decoded-state cache.
-TABLE_STORE_OPTIONS: dict[str, int] = {
-    "write_buffer_size": 4 * 1024 * 1024,
-    "max_write_buffer_number": 2,
-    "block_cache_size": 8 * 1024 * 1024,
-}
-
-
 def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
-    factor, min_insync = settings.replication.resolved(1)  # resolved by prepare_topics
+    factor, _ = settings.replication.resolved(1)  # resolved by prepare_topics
     app = faust.App(
         settings.app_id,
         broker=faust_broker(settings.connection),
         broker_credentials=faust_credentials(settings.connection),
         broker_client_id=settings.client_id or f"olstream-worker-{socket.gethostname()}-{os.getpid()}",
-        store="rocksdb://",
+        store="memory://",  # no faust table: the run states are the worker's own (run_store.py)
         datadir=settings.data_dir,
         processing_guarantee="at_least_once",
         topic_partitions=partitions,
@@ -216,19 +208,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
     errors_topic = app.topic(
         settings.errors_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
-    table = app.Table(
-        TABLE_NAME,
-        key_type=bytes,
-        value_type=bytes,
-        partitions=partitions,
-        extra_topic_configs={
-            **CHANGELOG_CONFIG,
-            **topics.size_config(settings.max_event_bytes),
-            "min.insync.replicas": str(min_insync),
-        },
-        options=dict(TABLE_STORE_OPTIONS),  # a copy: faust's store pops keys from the dict it is given
-    )
-    return StreamApp(settings, app, input_topic, output_topic, errors_topic, table, partitions)
+    return StreamApp(settings, app, input_topic, output_topic, errors_topic, partitions)
 
 
 class StreamWorkerProcess(faust.Worker):
@@ -424,6 +404,12 @@ class InputOffsets:
         """Low and high watermark of each partition, as a read_committed reader sees them (the high one
         is the last stable offset: an open transaction's records lie above it)."""
         return await asyncio.get_running_loop().run_in_executor(None, self._watermarks, partitions)
+
+    def group_metadata(self) -> Any:
+        """The group's metadata for `send_offsets_to_transaction`: this consumer never subscribes
+        (generation -1, no member id), which the broker accepts beside the group's active members
+        and which no rebalance makes stale."""
+        return self._consumer.consumer_group_metadata()
 
     async def committed(self, partitions: list[int]) -> dict[int, int]:
         """The group's committed offset (next offset to read) of each partition that has one."""

@@ -7,11 +7,10 @@ instead of faust's aiokafka one. faust's producer is pure Python: on a batch of 
 writes it cost about a tenth of the worker's event loop and a flush of 30-90 ms per checkpoint
 (bench/stream.py); librdkafka sends them from its own threads.
 
-faust records, per store partition, the last changelog offset the local RocksDB store holds
-(``Store.set_persisted_offset``, its public store API), and a restart reads the changelog only past
-it. faust sets it from each write's acknowledgement; the writer sets it once per partition after a
-flush, to the highest acknowledged offset: by then RocksDB holds every write at or below it (the
-store is written when the changelog write is queued).
+`flush` answers, per changelog partition written, the offset after its highest acknowledged write:
+the run store (``olstream.streams.runtime.run_store``) keeps it with the batch's state, and a
+restart restores the changelog only past it. Under exactly_once the changelog writes go into each
+input partition's transaction instead (``olstream.streams.runtime.transactions``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import Message
-from faust.types import TP
 
 from olstream.shared.kafka_clients import Kafka
 from olstream.streams.runtime.sender import Sender
@@ -28,9 +26,8 @@ from olstream.streams.runtime.sender import Sender
 class ChangelogWriter:
     """Writes run-state changes to the table's changelog; `flush` waits until every write is acknowledged."""
 
-    def __init__(self, kafka: Kafka, topic: str, store: Any, extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, kafka: Kafka, topic: str, extra: dict[str, Any] | None = None) -> None:
         self.topic = topic
-        self.store = store  # faust's table store (table.data): set_persisted_offset(tp, offset)
         self._acknowledged: dict[int, int] = {}  # changelog partition -> highest acknowledged offset
         self._sender = Sender(
             kafka,
@@ -48,14 +45,13 @@ class ChangelogWriter:
         """Queue the write of `key` (a tombstone when `value` is None) to changelog `partition`."""
         self._sender.send(self.topic, key, value, partition=partition)
 
-    async def flush(self, timeout: float = 60.0) -> None:
-        """Wait (off the event loop) until every write so far is acknowledged, then record each
-        partition's highest acknowledged offset as its store's persisted offset; DeliveryError when a
-        write failed or is not acknowledged in time."""
+    async def flush(self, timeout: float = 60.0) -> dict[int, int]:
+        """Wait (off the event loop) until every write so far is acknowledged; per changelog partition
+        written since the last flush, the offset after its highest acknowledged write. DeliveryError
+        when a write failed or is not acknowledged in time."""
         await self._sender.flush(timeout)
         acknowledged, self._acknowledged = self._acknowledged, {}
-        for partition, offset in acknowledged.items():
-            self.store.set_persisted_offset(TP(self.topic, partition), offset)
+        return {partition: offset + 1 for partition, offset in acknowledged.items()}
 
     def close(self) -> None:
         self._sender.close()

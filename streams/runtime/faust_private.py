@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import weakref
 from collections.abc import Iterable, Mapping
-from contextvars import Token
 from typing import Any, NamedTuple
 
-import faust.streams
-from faust.types import TP, EventT
+from faust.types import TP
 from faust.types.transports import ConsumerT
 
 from olstream.shared.errors import ConfigError
@@ -42,17 +39,10 @@ class PrivateName(NamedTuple):
 _CONSUMER = "faust.transport.consumer"  # faust's base consumer and its thread-delegating subclass
 
 ALL_NAMES: tuple[PrivateName, ...] = (
-    # the context variable holding the event being processed: faust routes a table read or write to
-    # that event's partition (RocksDB partition DB and changelog partition), and offers only a getter
-    # (faust.current_event). The checkpoint writes a batch's state after its sends were acknowledged,
-    # each change under the event that made it, so it sets the variable itself (set_current_event)
-    PrivateName("faust.streams", "_current_event"),
-    # the RocksDB store's raw get: one read of raw bytes in the current event's partition per lookup;
-    # the public Table.get checks membership first, a second read on the hot path (raw_get)
-    PrivateName("faust.stores.rocksdb", "Store._get"),
     # commit given offsets of the group's consumer (on faust's consumer thread, where aiokafka's
     # consumer lives): faust's public Consumer.commit commits only its own ack bookkeeping, which
-    # acks=False leaves empty for the input (commit_offsets)
+    # acks=False leaves empty for the input (commit_offsets). Only under at_least_once: under
+    # exactly_once the input offsets are committed in each partition's transaction
     PrivateName(_CONSUMER, "ThreadDelegateConsumer._commit"),
     # faust's read offsets: its fetch loop drops a fetched record below its partition's read offset,
     # and writes a read offset back after delivering a record even when the partition was revoked and
@@ -70,25 +60,6 @@ ALL_NAMES: tuple[PrivateName, ...] = (
 )
 
 # ---------------------------------------------------------------------- the names, as the runtime uses them
-
-
-def set_current_event(event: EventT[Any] | None) -> Token[weakref.ReferenceType[EventT[Any]] | None]:
-    """Make `event` the current event of this task's context (None: no current event), as faust's
-    stream does before it hands an event over; the token resets it (reset_current_event).
-
-    The table routes reads and writes by it (store DB and changelog partition). Only this task's
-    context is touched, never the stream attribute that take_events' buffer task reads."""
-    return faust.streams._current_event.set(None if event is None else weakref.ref(event))
-
-
-def reset_current_event(token: Token[weakref.ReferenceType[EventT[Any]] | None]) -> None:
-    faust.streams._current_event.reset(token)
-
-
-def raw_get(store: Any, key: bytes) -> bytes | None:
-    """The raw value of `key` in the current event's partition of a table's RocksDB store (``table.data``)."""
-    raw: bytes | None = store._get(key)
-    return raw
 
 
 async def commit_offsets(consumer: ConsumerT, offsets: Mapping[TP, int]) -> bool:

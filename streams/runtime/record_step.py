@@ -31,7 +31,7 @@ from olstream.streams.runid import epoch_millis
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime.rejects import ErrorRecords, int_value
 from olstream.streams.runtime.run_table import RunTable
-from olstream.streams.runtime.sender import Headers, Sender
+from olstream.streams.runtime.sender import EventSends, Headers
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import StreamInputError
 
@@ -75,7 +75,7 @@ class RecordStep:
         settings: WorkerSettings,
         table: RunTable,
         errors: ErrorRecords,
-        sender: Sender,
+        sender: EventSends,
         directory: RunDirectory,
     ) -> None:
         self.settings = settings

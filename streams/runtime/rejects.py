@@ -16,7 +16,7 @@ from olstream.shared import deadletter
 from olstream.streams import sizes
 from olstream.streams.processor import Step
 from olstream.streams.runtime import app as m
-from olstream.streams.runtime.sender import Sender
+from olstream.streams.runtime.sender import EventSends
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def int_header(headers: Any, name: str) -> int | None:
 class ErrorRecords:
     """Sends the records that cannot be applied to the errors topic, with the reason in headers."""
 
-    def __init__(self, settings: WorkerSettings, sender: Sender) -> None:
+    def __init__(self, settings: WorkerSettings, sender: EventSends) -> None:
         self.settings = settings
         self.sender = sender
 

@@ -2,8 +2,10 @@
 cache, written per batch by the checkpoint; the retention index and evictions.
 
 A batch's changes stay in memory (the overlay, and the marks' batch: `olstream.streams.log_marks`)
-until its sends were acknowledged; then the run states are written, then the marks, each under
-the event that changed it, so the table routes it to that event's partition (RocksDB and changelog).
+until the checkpoint takes them: `prepare_batch` sends them to the changelog, in the partition of
+the input partition whose record changed them (its run states first, then its marks), and
+`store_batch` writes them to that partition's store (`RunStore`) once the changelog writes are
+durable (acknowledged; under exactly_once, committed).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
@@ -26,8 +28,7 @@ from olstream.streams.log_marks import (
 )
 from olstream.streams.retention import CommittedLogPositions, Retention
 from olstream.streams.runtime import app as m
-from olstream.streams.runtime import faust_private
-from olstream.streams.runtime.changelog import ChangelogWriter
+from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState
 from olstream.streams.state_store import dumps_state, finished_end_ms, loads_state
@@ -44,17 +45,24 @@ GAPS = Counter(
 )
 
 
-class RunTable:
-    """Run states and log marks in the faust table, with the batch's changes in memory until stored."""
+class ChangelogSends(Protocol):
+    """Where the checkpoint sends a batch's state changes (`ChangelogWriter`, or the partition's
+    transaction under exactly_once)."""
 
-    def __init__(
-        self, settings: WorkerSettings, table: Any, changelog: ChangelogWriter, owned: Callable[[], set[Any]]
-    ) -> None:
+    def send(self, partition: int, key: bytes, value: bytes | None) -> None: ...
+
+
+BatchWrites = dict[int, list[tuple[bytes, bytes | None]]]  # input partition -> its store's writes, in order
+
+
+class RunTable:
+    """Run states and log marks in the run store, with the batch's changes in memory until stored."""
+
+    def __init__(self, settings: WorkerSettings, store: RunStore, owned: Callable[[], set[Any]]) -> None:
         self.settings = settings
-        self.table = table
-        self.store: Any = table.data
-        self.changelog = changelog
+        self.store = store
         self.owned = owned  # the input topic partitions assigned now
+        self.partition = -1  # the input partition of the record being processed: reads go to its store
         self.retention = Retention(settings.retention_ms)
         self.committed_log = CommittedLogPositions()
         self.rescan_needed = True
@@ -72,13 +80,11 @@ class RunTable:
         hit = self.overlay.get(key)
         if hit is not None:
             return hit[0]
-        # the store's raw get: keys and values are raw bytes, and it is one RocksDB read in the
-        # current event's partition (Table.get would check membership first, a second read)
         cached = self.cache.get(key)
         if cached is not None:
             self.cache.move_to_end(key)
             return cached
-        raw = faust_private.raw_get(self.store, key.encode("utf-8"))
+        raw = self.store.get(self.partition, key.encode("utf-8"))
         if raw is None:
             return None
         state = loads_state(raw)
@@ -95,69 +101,61 @@ class RunTable:
     def put(self, key: str, state: RunState | None, event: Any) -> None:
         self.overlay[key] = (state, event)
 
-    def write_batch(self) -> None:
-        """Write the batch's state to the table (RocksDB, and the changelog: `ChangelogWriter`): its
-        run states first, then its marks.
+    def prepare_batch(self, changelog: ChangelogSends) -> BatchWrites:
+        """Send the batch's state to the changelog (`changelog`): its run states first, then its marks,
+        each to the changelog partition of the input partition whose record changed it; the store
+        writes, in the same order, for `store_batch` once the changelog writes are durable.
 
-        The checkpoint flushes the changelog writer before it commits offsets, so the changelog is never
-        behind a committed offset; the writes go to the partition of the event that changed the key, and
-        a mark goes to the partition of its log partition's runs after them, so a stored mark never
-        covers a record whose state change is not stored (in RocksDB, and in the changelog, which
-        keeps a partition's writes in order). A change made by an event of a partition this worker
-        no longer owns is dropped: its new owner processes that event again from the committed
-        offset, and a late write here could overwrite the newer state the new owner has written to
-        the changelog since.
+        A stored mark so never covers a record whose state change is not stored (the changelog keeps
+        a partition's writes in order, and a store's writes are one atomic batch). A change made by a
+        record of a partition this worker no longer owns is dropped: its new owner processes that
+        record again from the committed offset, and a late write here could overwrite the newer state
+        the new owner has written to the changelog since.
         """
-        owned = self.owned()
-        routed = -1  # the partition the current event routes the store to
+        owned = {tp.partition for tp in self.owned()}
+        writes: BatchWrites = {}
         for name, (state, event) in self.overlay.items():
-            if event.message.tp not in owned:
+            partition: int = event.message.partition
+            if partition not in owned:
                 continue
-            routed = self.route(event, routed)
             key = name.encode("utf-8")
             if state is None:
-                self.cache.pop(name, None)
-                self.write(routed, key, None)
+                # a delete of a key the store does not hold writes nothing
+                if self.store.get(partition, key) is None:
+                    continue
+                value = None
             else:
-                self.write(routed, key, dumps_state(state))
-                self.remember(name, state)
-        for input_partition, log_partition, mark, event in self.marks.take_batch():
-            if event.message.tp not in owned:
+                value = dumps_state(state)
+            changelog.send(partition, key, value)
+            writes.setdefault(partition, []).append((key, value))
+        for input_partition, log_partition, mark, _event in self.marks.take_batch():
+            if input_partition not in owned:
                 continue
-            routed = self.route(event, routed)
             key = mark_key(input_partition, log_partition).encode("utf-8")
-            self.write(routed, key, dumps_mark(mark))
+            value = dumps_mark(mark)
+            changelog.send(input_partition, key, value)
+            writes.setdefault(input_partition, []).append((key, value))
             self.marks.written(input_partition, log_partition, mark)
-        self.overlay.clear()  # only now: the current event is a weak reference to one of its events
+        for name, (state, event) in self.overlay.items():
+            if event.message.partition in owned:
+                if state is None:
+                    self.cache.pop(name, None)
+                else:
+                    self.remember(name, state)
+        self.overlay.clear()
+        return writes
 
-    @staticmethod
-    def route(event: Any, routed: int) -> int:
-        """Make `event` the current event, which routes the store's writes to its partition, unless
-        the current one routes there already; the partition."""
-        partition: int = event.message.partition
-        if partition != routed:
-            faust_private.set_current_event(event)
-        return partition
-
-    def write(self, partition: int, key: bytes, value: bytes | None) -> bool:
-        """Write (or with None delete) `key` in `partition`, the current event's (`route`): its RocksDB
-        partition store, and its changelog partition, as faust's own table write does. A delete of a
-        key the store does not hold writes nothing (False)."""
-        if value is None:
-            if faust_private.raw_get(self.store, key) is None:
-                return False
-            self.changelog.send(partition, key, None)
-            del self.store[key]
-        else:
-            self.changelog.send(partition, key, value)
-            self.store[key] = value
-        return True
+    def store_batch(self, writes: BatchWrites, next_changelog_offsets: dict[int, int]) -> None:
+        """Write a prepared batch to the stores, each partition's in one atomic batch with the next
+        changelog offset past its writes (so a restart restores only the changelog's tail)."""
+        for partition, changes in writes.items():
+            self.store.write(partition, changes, next_changelog_offsets.get(partition))
 
     # ------------------------------------------------------------------ log marks
 
     def stored_mark(self, key: str) -> LogMark | None:
-        """The mark in the store, in the current event's partition (`log_marks.mark_key` names it)."""
-        raw = faust_private.raw_get(self.store, key.encode("utf-8"))
+        """The mark in the store of the record's input partition (`log_marks.mark_key` names it)."""
+        raw = self.store.get(self.partition, key.encode("utf-8"))
         return None if raw is None else loads_mark(raw)
 
     def judge_mark(self, input_partition: int, log_partition: int, offset: int) -> Verdict:
@@ -204,8 +202,8 @@ class RunTable:
         self.marks.clear()
         self.retention.clear()
         count = 0
-        for key, raw in self.table.items():
-            if raw is not None and not is_mark_key(key) and finished_end_ms(raw) is not None:
+        for key, raw in self.store.items(tp.partition for tp in self.owned()):
+            if not is_mark_key(key) and finished_end_ms(raw) is not None:
                 s = loads_state(raw)
                 assert s.end is not None
                 log_partition, end = s.start_position[0], s.end

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -22,6 +22,20 @@ from olstream.shared.kafka_clients import Kafka, producer_config
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
+
+
+class EventSends(Protocol):
+    """Where a record's events and error records go: a `Sender`, or under exactly_once the record's
+    input partition's transaction (`olstream.streams.runtime.transactions.PartitionTransactions`)."""
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None: ...
 
 
 class Sender:

@@ -1,6 +1,7 @@
-"""The run-state table's changelog writer against the real broker: every write, delete and value as
-faust's own table write would leave it, the store's persisted offsets at the highest acknowledged
-offset of each partition, and a write the broker refuses failing the flush."""
+"""The run-state table's changelog writer against the real broker: every write, delete and value in
+its partition, each flush answering the offset after the highest acknowledged write of each
+partition written since the last one (what the run store keeps), and a write the broker refuses
+failing the flush."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import asyncio
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from faust.types import TP
 
 from olstream.shared.errors import DeliveryError
 from olstream.shared.kafka_admin import ensure_topic
@@ -17,17 +17,6 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 pytestmark = pytest.mark.integration
 
 MAX_MESSAGE_BYTES = 2048
-
-
-class PersistedOffsets:
-    """faust's store surface the writer uses: the persisted changelog offset per partition."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[TP, int] = {}
-
-    def set_persisted_offset(self, tp: TP, offset: int) -> None:
-        assert offset >= self.offsets.get(tp, -1), "a persisted offset went backwards"
-        self.offsets[tp] = offset
 
 
 def _read(
@@ -46,25 +35,20 @@ def _read(
     return out
 
 
-def test_writes_and_deletes_land_in_their_partition_and_set_the_persisted_offsets(
+def test_writes_and_deletes_land_in_their_partition_and_each_flush_answers_the_next_offsets(
     kafka_bootstrap: str, unique_topic: str, unique_group: str
 ) -> None:
     ensure_topic(kafka_bootstrap, unique_topic, 3)
-    store = PersistedOffsets()
-    writer = ChangelogWriter(kafka_bootstrap, unique_topic, store)
+    writer = ChangelogWriter(kafka_bootstrap, unique_topic)
     for i in range(30):
         writer.send(i % 3, f"0:run-{i}".encode(), f"state-{i}".encode())
-    asyncio.run(writer.flush(30))
-    assert store.offsets == {TP(unique_topic, p): 9 for p in range(3)}  # offsets 0..9 in each
+    assert asyncio.run(writer.flush(30)) == {p: 10 for p in range(3)}  # offsets 0..9 in each
 
     writer.send(1, b"0:run-1", None)  # a delete: a tombstone
     writer.send(1, b"hwm:1:0", b"mark")
-    asyncio.run(writer.flush(30))
-    assert store.offsets[TP(unique_topic, 1)] == 11
-    assert store.offsets[TP(unique_topic, 0)] == 9  # nothing new there: left as it was
+    assert asyncio.run(writer.flush(30)) == {1: 12}  # nothing new in 0 and 2
 
-    asyncio.run(writer.flush(30))  # nothing written since: nothing to wait for, nothing changes
-    assert store.offsets[TP(unique_topic, 1)] == 11
+    assert asyncio.run(writer.flush(30)) == {}  # nothing written since: nothing to wait for
 
     rows = _read(kafka_bootstrap, unique_topic, unique_group, 1, 12)
     assert rows[:10] == [(f"0:run-{i}".encode(), f"state-{i}".encode()) for i in range(1, 30, 3)]
@@ -74,10 +58,8 @@ def test_writes_and_deletes_land_in_their_partition_and_set_the_persisted_offset
 
 def test_a_write_the_broker_refuses_fails_the_flush(kafka_bootstrap: str, unique_topic: str) -> None:
     ensure_topic(kafka_bootstrap, unique_topic, 1, {"max.message.bytes": str(MAX_MESSAGE_BYTES)})
-    store = PersistedOffsets()
-    writer = ChangelogWriter(kafka_bootstrap, unique_topic, store)
+    writer = ChangelogWriter(kafka_bootstrap, unique_topic)
     writer.send(0, b"k", b"small")
     writer.send(0, b"k", b"x" * (MAX_MESSAGE_BYTES * 4))  # over the topic's limit
     with pytest.raises(DeliveryError, match=r"changelog write .* failed"):
         asyncio.run(writer.flush(30))
-    assert store.offsets == {}  # nothing is recorded as persisted by a failed flush

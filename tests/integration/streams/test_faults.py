@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from olstream.contract import codec
 from olstream.contract.naming import normalize_namespace
 from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunStarted
+from olstream.shared.errors import ExitCode
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (
@@ -223,3 +224,114 @@ def test_restart_with_100k_open_runs_processes_again_within_15s(
         follower.close()
     # the restarted worker kept its state: the terminal event names the run started before the kill
     assert consume_all(kafka_bootstrap, err, idle=0.5) == []
+
+
+PAUSE_SESSION_TIMEOUT = 6.0
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
+    kafka_bootstrap: str, make_topic, unique_group: str, tmp_path: Path, guarantee: str
+) -> None:
+    """A worker of three stopped (SIGSTOP) for 2.5 session timeouts while records flow, then
+    continued (SIGCONT), twice: a GC pause, CPU throttling, a VM migration. Nothing is lost. Under
+    exactly_once its partitions' new owners fenced it: a read_committed reader sees each event once,
+    and every finished run's last event is its terminal one; the paused worker leaves FENCED or goes
+    on. Under at_least_once the repeats and runs ending on a START that remain are printed."""
+    rows, _ = simulated_rows(tmp_path, runs=4000, seed=31)
+    records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
+    starts = {r.engine_run_id for r in records if isinstance(r, RunStarted)}
+    ends = {r.engine_run_id: r.status.value for r in records if isinstance(r, RunEnded)}
+    src, out, err = make_topic(6), make_topic(6), make_topic(1)
+    chunks = [rows[i : i + 300] for i in range(0, len(rows), 300)]  # one a second: about a minute
+    produce_rows(kafka_bootstrap, src, chunks[0])
+
+    follower = Follower(kafka_bootstrap, out)
+    procs = []
+    for i in range(3):
+        cmd = worker_cmd(
+            kafka_bootstrap, unique_group, tmp_path / f"w{i}", src, out, err,
+            "--session-timeout", str(PAUSE_SESSION_TIMEOUT), "--processing-guarantee", guarantee,
+        )  # fmt: skip
+        procs.append(start_worker(cmd, tmp_path / f"w{i}.log"))
+    paused = procs[1]
+
+    published = [time.monotonic()]
+
+    def flow(seconds: float) -> None:
+        """Publish the next chunks, one a second, for `seconds`, reading the output meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if len(chunks) > 1 and time.monotonic() - published[0] >= 1.0:
+                produce_rows(kafka_bootstrap, src, chunks.pop(1))
+                published[0] = time.monotonic()
+            follower.poll(0.2)
+
+    def kinds() -> set[tuple[str, str]]:
+        return {
+            (o.doc["run"]["facets"]["workflow"]["engineRunId"], o.doc["eventType"]) for o in follower.seen
+        }
+
+    try:
+        deadline = time.monotonic() + 120
+        while not follower.seen and time.monotonic() < deadline:
+            flow(1.0)
+        assert follower.seen, tail(tmp_path / "w0.log")
+        flow(3.0)
+        for _ in range(2):
+            paused.send_signal(signal.SIGSTOP)
+            flow(2.5 * PAUSE_SESSION_TIMEOUT)  # the group drops it and gives its partitions away
+            paused.send_signal(signal.SIGCONT)
+            flow(4.0)
+        assert len(chunks) > 1, "every record was published before the second pause ended"
+        while len(chunks) > 1:
+            flow(1.0)
+
+        def complete() -> bool:
+            seen = kinds()
+            return all((rid, "START") in seen for rid in starts) and all(
+                (rid, TERMINAL_EVENT_TYPES[status]) in seen for rid, status in ends.items()
+            )
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if not follower.poll(1.0) and complete():
+                break
+        logs = "\n".join(f"--- w{i}\n{tail(tmp_path / f'w{i}.log', 30)}" for i in range(3))
+        seen = kinds()
+        missing = [rid for rid in starts if (rid, "START") not in seen]
+        missing_end = [r for r, st in ends.items() if (r, TERMINAL_EVENT_TYPES[st]) not in seen]
+        assert not missing and not missing_end, (
+            f"{len(missing)} runs lack START and {len(missing_end)} their terminal event:\n{logs}"
+        )
+        time.sleep(2.0)
+        follower.poll(1.0)  # anything the paused worker still sends after the last event
+        codes = [p.poll() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+            stop(p)
+        follower.close()
+
+    copies: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+    per_run: dict[str, list[str]] = defaultdict(list)
+    for o in sorted(follower.seen, key=lambda o: (o.partition, o.offset)):
+        doc = o.doc
+        copies[(doc["run"]["runId"], doc["eventType"])].append(o.value)
+        per_run[doc["run"]["facets"]["workflow"]["engineRunId"]].append(doc["eventType"])
+    differing = {k: v for k, v in copies.items() if len(set(v)) > 1}
+    assert not differing, f"every repeat is byte-identical; these differ: {list(differing.items())[:1]}"
+    repeats = sum(len(v) - 1 for v in copies.values())
+    not_last = [rid for rid, status in ends.items() if per_run[rid][-1] != TERMINAL_EVENT_TYPES[status]]
+    print(f"{guarantee}: {len(follower.seen)} events, {repeats} repeats, {len(not_last)} finished runs "
+          f"whose last event is not their terminal one; exit codes {codes}")  # fmt: skip
+    if guarantee == "exactly_once":
+        assert repeats == 0, f"{repeats} events repeated for a read_committed reader: {logs}"
+        assert not not_last, (
+            f"runs whose last event is not terminal: {[(r, per_run[r]) for r in not_last[:3]]}"
+        )
+        assert codes[0] is None and codes[2] is None, logs
+        assert codes[1] in (None, int(ExitCode.FENCED)), logs
+    else:
+        assert all(code is None for code in codes), logs

@@ -22,7 +22,6 @@ from typing import Any, cast
 
 import faust
 import pytest
-from faust.streams import _current_event
 from faust.types import TP
 
 from olstream.contract import codec, topics, wire
@@ -33,7 +32,7 @@ from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts
-from olstream.streams.runtime import agent, checkpoint, record_step
+from olstream.streams.runtime import agent, exits, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.settings import WorkerSettings
@@ -69,7 +68,7 @@ class FakeMessage:
         return TP(self.topic, self.partition)
 
 
-@dataclass(eq=False)  # weak-referenceable, as faust's events are (faust_private.set_current_event)
+@dataclass(eq=False)
 class FakeEvent:
     message: FakeMessage
     value: bytes
@@ -83,12 +82,6 @@ def event_of(record: Record, input_partition: int, input_offset: int) -> FakeEve
     ]
     key = str(record.partition).encode()
     return FakeEvent(FakeMessage(INPUT, input_partition, input_offset, key, headers), codec.encode(record))
-
-
-def _current_partition() -> int | None:
-    ref = _current_event.get(None)
-    event = ref() if ref is not None else None
-    return None if event is None else int(event.message.partition)
 
 
 class FakeSender:
@@ -122,31 +115,31 @@ class FakeSender:
         self.trace.append(("flush",))
 
 
-class FakeStore:
-    """The table's store: raw gets, sets and deletes by bytes key (in the current event's partition)."""
-
-    def __init__(self, rows: dict[bytes, bytes]) -> None:
-        self.rows = rows
-
-    def _get(self, key: bytes) -> bytes | None:
-        return self.rows.get(key)
-
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.rows[key] = value
-
-    def __delitem__(self, key: bytes) -> None:
-        del self.rows[key]
-
-
 class FakeTable:
-    """The run-state table: bytes keys and values in its store (the current event's partition)."""
+    """The run store (`RunStore`): bytes keys and values, one dict for every partition (the tests' keys
+    differ across partitions); `writes` records each store write's partition and changelog offset."""
 
     def __init__(self) -> None:
         self.rows: dict[bytes, bytes] = {}
-        self.data = FakeStore(self.rows)
+        self.writes: list[tuple[int, int | None]] = []
+        self.assigned: list[list[int]] = []
 
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        return self.rows.get(key)
+
+    def write(self, partition: int, writes: Any, next_changelog_offset: int | None) -> None:
+        for key, value in writes:
+            if value is None:
+                del self.rows[key]
+            else:
+                self.rows[key] = value
+        self.writes.append((partition, next_changelog_offset))
+
+    def items(self, partitions: Any) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.rows.items()))
+
+    def assign(self, partitions: list[int]) -> None:
+        self.assigned.append(list(partitions))
 
     def state(self, engine_run_id: str, log_partition: int = 0) -> RunState | None:
         raw = self.rows.get(state_key(log_partition, engine_run_id).encode())
@@ -154,24 +147,86 @@ class FakeTable:
 
 
 class FakeChangelog:
-    """The changelog writer: writes are traced with their partition, which must be the store's (the
-    current event's); a flush is traced, and with `hold` set waits until the test releases it (the
-    broker's acknowledgements)."""
+    """The changelog writer: writes are traced with their partition; a flush is traced, and with
+    `hold` set waits until the test releases it (the broker's acknowledgements). Each write gets the
+    next offset of its partition; a flush answers the offset after each partition's last write."""
+
+    topic = "olstream-stream-runs-changelog"
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.hold = False
         self.released: asyncio.Event | None = None
+        self.ends: dict[int, int] = {}
+        self.unflushed: dict[int, int] = {}
 
     def send(self, partition: int, key: bytes, value: bytes | None) -> None:
-        assert partition == _current_partition()
         self.trace.append(("set" if value is not None else "del", key.decode(), partition))
+        self.ends[partition] = self.unflushed[partition] = self.ends.get(partition, 0) + 1
 
-    async def flush(self) -> None:
+    async def flush(self) -> dict[int, int]:
         self.trace.append(("changelog",))
         if self.hold:
             self.released = asyncio.Event()
             await self.released.wait()
+        flushed, self.unflushed = self.unflushed, {}
+        return flushed
+
+
+class FakeTransactions:
+    """`PartitionTransactions` (exactly_once): sends and changelog writes traced with the input
+    partition whose transaction they join, each commit with its offsets; with `fenced` set a commit
+    raises ProducerFenced. At a commit the store must still lack the batch (`table`)."""
+
+    def __init__(self, trace: Trace, table: FakeTable) -> None:
+        self.trace = trace
+        self.table = table
+        self.current = -1
+        self.fenced = False
+        self.changelog_next: dict[int, int] = {}  # changelog partition -> its next offset
+        self.open: set[int] = set()  # partitions with an open transaction
+        self.rows_at_commit: list[dict[bytes, bytes]] = []
+
+    def assign(self, partitions: list[int]) -> None:
+        self.trace.append(("init", tuple(partitions)))
+
+    def close(self) -> None:
+        pass
+
+    def select(self, partition: int) -> None:
+        self.current = partition
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        assert value is not None
+        doc = json.loads(value) if topic == OUTPUT else None
+        kind = None if doc is None else doc["eventType"]
+        self.trace.append(("txn-send", self.current, topic, kind))
+        self.open.add(self.current)
+
+    def send_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        self.trace.append(("txn-" + ("set" if value is not None else "del"), key.decode(), partition))
+        self.changelog_next[partition] = self.changelog_next.get(partition, 0) + 1
+        self.open.add(partition)
+
+    def commit(self, offsets: dict[int, int]) -> dict[int, int]:
+        if not self.open and not offsets:
+            return {}
+        self.rows_at_commit.append(dict(self.table.rows))
+        if self.fenced:
+            from olstream.streams.runtime.transactions import ProducerFenced
+
+            raise ProducerFenced("input partition 0: another worker took transactional id 'x'")
+        self.trace.append(("txn-commit", tuple(sorted(offsets.items()))))
+        written = {p: self.changelog_next[p] for p in self.open if p in self.changelog_next}
+        self.open.clear()
+        return written
 
 
 class FakeConsumer:
@@ -217,6 +272,9 @@ class FakeInputOffsets:
 
     async def committed(self, partitions: list[int]) -> dict[int, int]:
         return {p: o for p, o in self.committed_offsets.items() if p in partitions}
+
+    def group_metadata(self) -> object:
+        return object()
 
     async def first_offset_from(self, partition: int, offset: int) -> int | None:
         return self.first_from[(partition, offset)]
@@ -298,6 +356,7 @@ class Rig:
         max_event_bytes: int = topics.MAX_MESSAGE_BYTES,
         mapping: MappingConfig | None = None,
         member_confirmed: bool = True,
+        processing_guarantee: str = "at_least_once",
     ) -> None:
         self.loop = loop
         self.trace: Trace = []
@@ -316,9 +375,13 @@ class Rig:
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
         monkeypatch.setattr(agent, "DiskRunStarts", lambda _path: MemoryRunStarts())
+        monkeypatch.setattr(agent, "RunStore", lambda *_args, **_kw: self.table)
+        self.transactions = FakeTransactions(self.trace, self.table)
+        monkeypatch.setattr(agent, "PartitionTransactions", lambda *_args, **_kw: self.transactions)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
-        monkeypatch.setattr(checkpoint, "os", SimpleNamespace(_exit=self._exit))
+        monkeypatch.setattr(exits, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
+            processing_guarantee=processing_guarantee,
             batch_size=batch_size,
             batch_within=0.0,
             retention_ms=RETENTION_MS,
@@ -331,7 +394,6 @@ class Rig:
             input_topic=INPUT,
             output_topic=OUTPUT,
             errors_topic=ERRORS,
-            table=self.table,
             partitions=topic_partitions,
         )
         self.worker = agent.attach(sa)
@@ -467,7 +529,7 @@ def test_an_unexpected_exception_on_a_record_exits_before_anything_is_committed(
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(started("r2", offset=1, instance="i2"), 0, 1))
-    assert exited.value.code == agent.EX_FAILED != 0
+    assert exited.value.code == exits.EX_FAILED != 0
     assert "commit" not in kinds(rig.take())  # neither the failing record nor the batch before it
     assert rig.table.rows == {}
 
@@ -479,20 +541,20 @@ def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_commi
     rig = Rig(monkeypatch, loop, batch_size=2)
     rig.take()
 
-    def broken() -> None:
+    def broken(*_args: object) -> None:
         raise OSError("disk full")
 
     async def broken_flush() -> None:
         raise OSError("broker gone")
 
     if step == "state":
-        monkeypatch.setattr(rig.worker.table, "write_batch", broken)
+        monkeypatch.setattr(rig.worker.table, "store_batch", broken)
     else:
         monkeypatch.setattr(rig.changelog, "flush", broken_flush)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(ended("r1", offset=1), 0, 1))
-    assert exited.value.code == agent.EX_FAILED
+    assert exited.value.code == exits.EX_FAILED
     assert "commit" not in kinds(rig.take())
 
 
@@ -773,7 +835,7 @@ def test_an_assignment_whose_offsets_cannot_be_read_leaves_without_taking_anythi
     rig.offsets.committed = refused  # type: ignore[method-assign]
     with pytest.raises(Exited) as exited:
         rig.rebalance(assigned=(0,))
-    assert exited.value.code == agent.EX_FAILED
+    assert exited.value.code == exits.EX_FAILED
 
 
 async def _no_sleep(seconds: float) -> None:
@@ -1122,3 +1184,45 @@ def test_a_record_s_position_headers_are_read_in_one_pass_as_header_value_reads_
         False,
     )
     assert record_step.position_headers(None) == (None, None, False)
+
+
+# ---------------------------------------------------------------------------- exactly_once
+
+
+def test_under_exactly_once_a_batch_is_one_transaction_per_partition_and_stored_after_it_commits(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, batch_size=3, processing_guarantee="exactly_once", member_confirmed=False)
+    assert rig.take()[0] == ("init", (0, 1))  # the producers first: they fence the previous owners
+    rig.feed(
+        event_of(started("r1", offset=0), 0, 0),
+        event_of(started("r2", offset=0, partition=1, instance="i2"), 1, 0),
+        event_of(ended("r1", offset=1), 0, 1),
+    )
+    assert rig.take() == [
+        ("txn-send", 0, OUTPUT, "START"),
+        ("txn-send", 1, OUTPUT, "START"),
+        ("txn-send", 0, OUTPUT, "COMPLETE"),
+        ("txn-set", "0:r1", 0),  # the state, into the transaction of its record's partition
+        ("txn-set", "1:r2", 1),
+        ("txn-set", "hwm:0:0", 0),
+        ("txn-set", "hwm:1:1", 1),
+        ("txn-commit", ((0, 2), (1, 1))),  # with the input offsets; no commit through faust's consumer
+    ]
+    assert rig.transactions.rows_at_commit == [{}]  # nothing stored before the commit
+    assert rig.table.state("r1") is not None and rig.table.state("r2", 1) is not None
+    assert rig.table.writes == [(0, 2), (1, 2)]  # each store with the changelog offset past its writes
+    assert rig.worker.tracker.committed == {0: 2, 1: 1}
+
+
+def test_under_exactly_once_a_fenced_commit_leaves_with_fenced_and_stores_nothing(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, batch_size=2, processing_guarantee="exactly_once")
+    rig.transactions.fenced = True
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    with pytest.raises(Exited) as exited:
+        rig.feed(event_of(ended("r1", offset=1), 0, 1))
+    assert exited.value.code == ExitCode.FENCED
+    assert rig.table.rows == {} and rig.table.writes == []
+    assert rig.worker.tracker.committed == {0: 0, 1: 0}

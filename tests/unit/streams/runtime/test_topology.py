@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +13,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError
 from olstream.streams.runtime import topology
-from olstream.streams.runtime.app import build_app
-from olstream.streams.settings import WorkerSettings
 
 
 def test_only_partitions_beyond_the_start_count_are_grown() -> None:
@@ -40,10 +39,9 @@ def test_a_grown_assignment_leaves_with_input_grew_and_names_topic_and_counts(
     assert "olstream.eventlog grew from 3 partitions to at least 5" in text and "restart" in text
 
 
-def test_the_changelog_name_is_the_one_faust_gives_the_table(tmp_path: object) -> None:
-    settings = WorkerSettings(app_id="olstream-x", data_dir=str(tmp_path))
-    sa = build_app(settings, 3)
-    assert sa.table.changelog_topic.get_topic_name() == topology.changelog_topic("olstream-x")
+def test_the_changelog_keeps_the_name_faust_gave_the_table() -> None:
+    # deployments that ran the worker with faust's table keep their changelog (and its states)
+    assert topology.changelog_topic("olstream-x") == "olstream-x-runs-changelog"
 
 
 class _FakeAdmin:
@@ -145,12 +143,20 @@ def test_a_changelog_larger_than_the_input_before_growing_is_a_config_error(
     assert admin.asked == []
 
 
-def test_each_partition_store_has_bounded_rocksdb_memory(tmp_path: object) -> None:
-    sa = build_app(WorkerSettings(app_id="olstream-mem", data_dir=str(tmp_path)), 3)
-    options = sa.table.data.rocksdb_options  # the store faust opens each partition's RocksDB with
-    assert options.write_buffer_size == 4 * 1024 * 1024
-    assert options.max_write_buffer_number == 2
-    assert options.block_cache_size == 8 * 1024 * 1024
+def test_each_partition_store_has_bounded_rocksdb_memory(tmp_path: Path) -> None:
+    """As RocksDB itself reports it: the block cache's capacity, and the options file it wrote."""
+    import re
+
+    from olstream.streams.runtime.run_store import PartitionStore
+
+    store = PartitionStore(tmp_path / "0")
+    try:
+        assert store._db.property_int_value("rocksdb.block-cache-capacity") == 8 * 1024 * 1024
+    finally:
+        store.close()
+    written = sorted((tmp_path / "0").glob("OPTIONS-*"))[-1].read_text()
+    options = dict(re.findall(r"\s(write_buffer_size|max_write_buffer_number)=(\d+)", written))
+    assert options == {"write_buffer_size": str(4 * 1024 * 1024), "max_write_buffer_number": "2"}
 
 
 def test_the_garbage_collection_timer_counts_each_collection_from_start_to_stop() -> None:

@@ -1,0 +1,156 @@
+"""The worker's run store (``streams/runtime/run_store.py``) and its transactions
+(``streams/runtime/transactions.py``) against a real broker: a restore reads only committed changelog
+writes, resumes from the offset a store keeps, starts over from a recreated changelog; a partition's
+new producer fences the old one, whose open transaction is aborted and never read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from olstream.shared.kafka_admin import ensure_topic
+from olstream.streams.runtime.run_store import RunStore
+from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
+
+pytestmark = pytest.mark.integration
+
+MakeTopic = Callable[..., str]
+
+
+def _changelog_writes(
+    bootstrap: str, topic: str, tid: str, batches: list[tuple[dict[bytes, bytes | None], bool]]
+) -> None:
+    """Write each batch of `key: value` to partition 0 in a transaction, committed or aborted."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    for writes, commit in batches:
+        producer.begin_transaction()
+        for key, value in writes.items():
+            producer.produce(topic, value, key, partition=0)
+        producer.flush(30)  # every write reached the partition, the aborted ones too
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
+def test_a_restore_reads_only_committed_writes_and_resumes_from_the_kept_offset(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str, tmp_path: Path
+) -> None:
+    changelog = make_topic(partitions=1)
+    _changelog_writes(
+        kafka_bootstrap,
+        changelog,
+        f"{unique_group}.tx",
+        [
+            ({b"0:a": b"A1", b"0:b": b"B1"}, True),
+            ({b"0:a": b"A-aborted", b"0:c": b"C-aborted", b"hwm:0:0": b"mark-aborted"}, False),
+            ({b"0:b": None}, True),  # a tombstone
+        ],
+    )
+    store = RunStore(kafka_bootstrap, str(tmp_path), changelog, unique_group)
+    store.assign([0])
+    assert dict(store.items([0])) == {b"0:a": b"A1"}
+    probe = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
+    end = probe.get_watermark_offsets(TopicPartition(changelog, 0), timeout=10)[1]
+    probe.close()
+    assert end == 9  # 2 writes, a marker, 3 aborted writes, a marker, a tombstone, a marker
+    assert store.stores[0].next_changelog_offset == end  # past the last commit marker
+    store.close()
+
+    _changelog_writes(kafka_bootstrap, changelog, f"{unique_group}.tx", [({b"0:d": b"D1"}, True)])
+    again = RunStore(kafka_bootstrap, str(tmp_path), changelog, unique_group)
+    again.assign([0])  # the tail only: the kept store already holds a
+    assert dict(again.items([0])) == {b"0:a": b"A1", b"0:d": b"D1"}
+    again.close()
+
+
+def test_a_store_of_a_recreated_changelog_is_restored_from_its_start(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str, tmp_path: Path
+) -> None:
+    changelog = make_topic(partitions=1)
+    _changelog_writes(
+        kafka_bootstrap, changelog, f"{unique_group}.tx", [({b"0:a": b"A", b"0:b": b"B"}, True)]
+    )
+    store = RunStore(kafka_bootstrap, str(tmp_path), changelog, unique_group)
+    store.assign([0])
+    store.close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_topics([changelog])[changelog].result(30)
+    for _ in range(60):  # the deletion takes a moment to be complete
+        try:
+            if ensure_topic(kafka_bootstrap, changelog, 1):
+                break
+        except Exception:  # the topic is still marked for deletion
+            pass
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"{changelog} could not be recreated")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(changelog, b"X", b"0:x", partition=0)
+    producer.flush(30)
+    again = RunStore(kafka_bootstrap, str(tmp_path), changelog, unique_group)
+    again.assign([0])
+    assert dict(again.items([0])) == {b"0:x": b"X"}  # nothing of the old topic's states
+    again.close()
+
+
+class _GroupMetadata:
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+
+    def __call__(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+
+def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "read", "isolation.level": "read_committed"}
+    )
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        for _ in range(60):
+            out += [m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None]
+            if consumer.position([TopicPartition(topic, 0)])[0].offset >= end:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def test_a_new_owner_fences_the_old_one_whose_open_transaction_never_becomes_visible(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str
+) -> None:
+    """The paused-worker case in one process: the old owner sent into its open transaction, the
+    partition's new owner initialises the same transactional id, the old one wakes and commits."""
+    records, output, changelog = make_topic(partitions=1), make_topic(partitions=1), make_topic(partitions=1)
+    metadata = _GroupMetadata(kafka_bootstrap, unique_group)
+    old = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
+    old.assign([0])
+    old.select(0)
+    old.send(output, b"k", b"committed-by-old")
+    old.send_changelog(changelog, 0, b"0:r", b"state-old")
+    assert old.commit({0: 1}) == {0: 1}  # the changelog's next offset past its write
+    old.send(output, b"k", b"zombie")  # then it pauses, its transaction open
+
+    new = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
+    new.assign([0])  # aborts the open transaction, fences the old producer
+    with pytest.raises(ProducerFenced, match="another worker took transactional id"):
+        old.commit({0: 2})
+    new.select(0)
+    new.send(output, b"k", b"committed-by-new")
+    new.commit({0: 2})
+
+    assert _read_committed(kafka_bootstrap, output) == [b"committed-by-old", b"committed-by-new"]
+    committed = metadata.consumer.committed([TopicPartition(records, 0)], timeout=10)[0].offset
+    assert committed == 2
+    old.close()
+    new.close()
