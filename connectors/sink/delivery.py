@@ -22,10 +22,13 @@ import json
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
+
+from confluent_kafka import TopicPartition
 
 EventId = tuple[str, int, int]  # topic, partition, offset
 JobKey = tuple[str, str]  # (job namespace, job name)
@@ -226,6 +229,13 @@ class ContiguousCommitTracker:
     def mark_committed(self, offset: int) -> None:
         self.committed = offset
 
+    def passed(self, position: int) -> None:
+        """The consumer's position is `position` with nothing of this partition pending: the offsets
+        up to it were never delivered (transaction markers, aborted records), so the next commit may
+        move there."""
+        if not self._pending and position > (self._next if self._next is not None else -1):
+            self._next = position
+
     @property
     def outstanding(self) -> int:
         return len(self._pending)
@@ -233,6 +243,17 @@ class ContiguousCommitTracker:
     @property
     def next_offset(self) -> int | None:
         return self._next
+
+
+def pass_undelivered(consumer: Any, trackers: Mapping[tuple[str, int], ContiguousCommitTracker]) -> None:
+    """Move each idle partition's next commit to its consumer's position: a topic written in
+    transactions (the worker's events under exactly_once) has offsets no consumer is given, the
+    marker of every transaction among them, so a commit of the last delivered offset + 1 would leave
+    the group's lag at least 1 for ever."""
+    idle = [TopicPartition(*tp) for tp, tracker in trackers.items() if not tracker.outstanding]
+    for position in consumer.position(idle) if idle else ():
+        if position.offset >= 0:
+            trackers[(position.topic, position.partition)].passed(position.offset)
 
 
 class KeyedQueues:

@@ -24,6 +24,7 @@ from olstream.connectors.sink.delivery import (
     Outcome,
     PendingEvent,
     Retries,
+    pass_undelivered,
     run_of,
 )
 from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
@@ -74,7 +75,6 @@ class Sink(LagGauge, Repeats):
         self.batch_size = max(1, settings.batch_size) if isinstance(transport, HttpTransport) else 1
         self.trackers: dict[TP, ContiguousCommitTracker] = {}
         self.epochs: dict[TP, int] = {}
-        self.positions: dict[TP, int] = {}
         self.starts: dict[TP, int] = {}  # where the group started on each owned partition (this assignment)
         self.ends: dict[TP, int] = {}  # the highest end of each owned partition seen, for the lag
         self.queues = KeyedQueues()
@@ -100,7 +100,6 @@ class Sink(LagGauge, Repeats):
             self._epoch += 1
             self.epochs[tp] = self._epoch
             self.trackers[tp] = ContiguousCommitTracker()
-            self.positions.pop(tp, None)
             self.starts.pop(tp, None)
             self.ends.pop(tp, None)
             self.paused.discard(tp)
@@ -125,7 +124,6 @@ class Sink(LagGauge, Repeats):
             if tracker is not None:
                 self.buffered -= tracker.outstanding
             self.epochs.pop(tp, None)
-            self.positions.pop(tp, None)
             self.starts.pop(tp, None)
             self.ends.pop(tp, None)
             self.paused.discard(tp)
@@ -162,7 +160,6 @@ class Sink(LagGauge, Repeats):
         event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run,
                              terminal_of_message(run, headers, value), redrive=redrive)  # fmt: skip
         tracker.add(offset)
-        self.positions[tp] = offset + 1
         self.starts.setdefault(tp, offset)
         self.buffered += 1
         first = self.queues.add(event)
@@ -352,6 +349,7 @@ class Sink(LagGauge, Repeats):
     # -- committing ------------------------------------------------------------------------
     def commit_finished(self, only: set[TP] | None = None) -> bool:
         """Commit each owned partition's finished prefix; the transport is made durable first."""
+        self._pass_undelivered()
         offsets = []
         for tp, tracker in self.trackers.items():
             offset = tracker.committable()
@@ -373,19 +371,20 @@ class Sink(LagGauge, Repeats):
                 owned.mark_committed(tp_offset.offset)
         return True
 
+    def _pass_undelivered(self) -> None:  # a replay (bounded.py) commits within its range only
+        pass_undelivered(self.consumer, self.trackers)
+
     def _at_end(self) -> bool:
         """True when every owned partition is consumed to its end and everything is committed."""
         if not self.assigned_once or self.buffered or self.in_flight or self.repeating or self.ready.qsize():
             return False
         if any(t.committable() is not None for t in self.trackers.values()):
             return False
-        for tp in list(self.trackers):  # one partition at a time: the first one behind ends the check
+        for tp, tracker in list(self.trackers.items()):  # one at a time: the first one behind ends it
             bounds = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
-            position = self.positions.get(tp)
+            position = tracker.committed  # past transaction markers too (`pass_undelivered`)
             if position is None:
                 position = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
-            # a topic written in transactions ends in a marker no consumer is given: the position passes it
-            position = max(position, self.consumer.position([TopicPartition(*tp)])[0].offset)
             if not consumed_to_end({tp: bounds}, {tp: position}):
                 return False
         return True

@@ -202,7 +202,7 @@ def test_until_idle_ends_on_a_topic_written_in_transactions_and_delivers_only_co
     """The worker's output under `exactly_once` is written in transactions: each partition ends in a
     commit marker, which no consumer is given, and an aborted transaction's events lie in between.
     `--until-idle` still ends, and the sink (read_committed) delivers the committed events only."""
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = make_topic(partitions=2)
     committed = make_events(runs=20, events_per_run=2, jobs=3)
@@ -226,3 +226,9 @@ def test_until_idle_ends_on_a_topic_written_in_transactions_and_delivers_only_co
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert sorted(done.stdout.splitlines()) == sorted(e.value for e in committed)
+    # the group's commits pass the markers too: its lag is 0, as `olstream status` and the alerts read it
+    probe = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
+    ends = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(2)]
+    probe.close()
+    assert [max(0, o) for o in committed_offsets(kafka_bootstrap, unique_group, topic, 2)] == ends
+    assert sum(ends) > len(committed)  # the markers and the aborted events are in the offsets

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -67,6 +68,9 @@ class Committer:
 
     def committed(self, *args: Any, **kwargs: Any) -> list[Any]:
         return []
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return [SimpleNamespace(topic=p.topic, partition=p.partition, offset=-1001) for p in partitions]
 
 
 class Dlq:

@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from olstream.connectors.sink.delivery import DELIVERED, DeliveryResult, Outcome, PendingEvent
@@ -23,6 +24,9 @@ class RecordingCommitter:
     def commit(self, offsets: list[Any], asynchronous: bool) -> None:
         assert not asynchronous
         self.steps.append("commit " + ",".join(f"{tp.partition}:{tp.offset}" for tp in offsets))
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return [SimpleNamespace(topic=p.topic, partition=p.partition, offset=-1001) for p in partitions]
 
 
 def test_file_is_fsynced_before_the_offsets_it_covers_are_committed(tmp_path: Path) -> None:
