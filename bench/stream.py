@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/stream.py [--runs 20000] [--partitions 6] [--bootstrap 127.0.0.1:19092]
         [--seed 3] [--skip-noop] [--running-events off|on|both]
+        [--processing-guarantee exactly_once|at_least_once|both]
 
 A seeded simulated workload (``olstream.eventlog.simulate``) of --runs runs is written to
 a fresh SQLite log and published to a fresh input topic as the source connector does. Then,
@@ -19,6 +20,12 @@ in the same run and over the same topic:
 RUNNING events (issue 29): the worker runs once per --running-events mode (default both, off first),
 each over the same input with its own app id; the table above is the off run (the baseline), and a
 second table gives events, events per run, records/s and CPU seconds per mode.
+
+Processing guarantees (issue 38): with RUNNING events off the worker runs once per
+--processing-guarantee (default both: exactly_once, the default, first; then at_least_once), and a
+third table gives each one's records/s, its share of at_least_once's and of faust's no-op agent,
+and the broker's CPU seconds while the worker ran (transactions cost the broker CPU; the broker is
+the process listening on --bootstrap's port on this machine).
 
 Goal (issue 4): >= 5,000 records/s per worker and >= 25% of the limit. The machine may be
 shared: CPU seconds are printed next to wall time.
@@ -134,6 +141,30 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def broker_pid(bootstrap: str) -> int | None:
+    """The pid of the local process listening on the first bootstrap server's port (None: not here)."""
+    port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
 def run_worker(
     bootstrap: str,
     src: str,
@@ -142,19 +173,23 @@ def run_worker(
     work: Path,
     profile: Path | None = None,
     running_events: str = "off",
+    guarantee: str = "exactly_once",
 ) -> dict[str, object]:
     port = free_port()
     app_id = f"bench-worker-{uuid.uuid4().hex[:8]}"
-    out = f"{src}.out.{running_events}"
+    name = f"{running_events}.{guarantee}"
+    out = f"{src}.out.{name}"
     cmd = [
         sys.executable, "-m", "olstream", "worker", "--bootstrap", bootstrap, "--app-id", app_id,
-        "--data-dir", str(work / f"worker-{running_events}"), "--input-topic", src, "--output-topic", out,
-        "--errors-topic", f"{src}.errors.{running_events}", "--until-idle", "--metrics-port", str(port),
-        "--running-events", running_events,
+        "--data-dir", str(work / f"worker-{name}"), "--input-topic", src, "--output-topic", out,
+        "--errors-topic", f"{src}.errors.{name}", "--until-idle", "--metrics-port", str(port),
+        "--running-events", running_events, "--processing-guarantee", guarantee,
     ]  # fmt: skip
     if profile is not None:  # py-spy samples the worker (its RSS and CPU columns are py-spy's then)
         cmd = ["py-spy", "record", "--format", "raw", "--rate", "200", "-o", str(profile), "--", *cmd]
-    log_path = work / f"worker-{running_events}.log"
+    broker = broker_pid(bootstrap)
+    broker_cpu = cpu_seconds(broker) if broker is not None else None
+    log_path = work / f"worker-{name}.log"
     log = log_path.open("wb")
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -187,6 +222,8 @@ def run_worker(
             if started_runs >= runs * q / 4 and q not in rss_marks:
                 rss_marks[q] = rss_mb(proc.pid)
     wall = time.perf_counter() - started
+    if broker is not None and broker_cpu is not None:
+        broker_cpu = cpu_seconds(broker) - broker_cpu
     if proc.returncode != 0:
         raise SystemExit(f"worker exited {proc.returncode}; see {log_path}")
     assert first is not None
@@ -206,6 +243,7 @@ def run_worker(
         "marks": rss_marks,
         "split": split.groups() if split else None,
         "child_delay": (quantile(waits, 0.5), quantile(waits, 0.99), int(waits.get(float("inf"), 0))),
+        "broker_cpu": broker_cpu,
         "events": metric(scraped, "olstream_stream_events_total"),
         "running": metric(
             scraped,
@@ -222,6 +260,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--skip-noop", action="store_true")
     ap.add_argument("--running-events", choices=("off", "on", "both"), default="both")
+    ap.add_argument(
+        "--processing-guarantee", choices=("exactly_once", "at_least_once", "both"), default="both"
+    )
     ap.add_argument(
         "--profile", type=Path, help="py-spy raw (collapsed) stacks of the worker to this file (needs py-spy)"
     )
@@ -249,9 +290,21 @@ def main() -> int:
         )  # fmt: skip
         noop = float(result.read_text()) if result.exists() else None
     modes = ("off", "on") if args.running_events == "both" else (args.running_events,)
+    guarantees = (
+        ("exactly_once", "at_least_once")
+        if args.processing_guarantee == "both"
+        else (args.processing_guarantee,)
+    )
     by_mode = {
-        mode: run_worker(args.bootstrap, src, total, args.runs, work, args.profile, mode) for mode in modes
+        mode: run_worker(args.bootstrap, src, total, args.runs, work, args.profile, mode, guarantees[0])
+        for mode in modes
     }
+    by_guarantee = {guarantees[0]: by_mode["off"]} if "off" in by_mode else {}
+    for guarantee in guarantees:
+        if guarantee not in by_guarantee:
+            by_guarantee[guarantee] = run_worker(
+                args.bootstrap, src, total, args.runs, work, None, "off", guarantee
+            )
     w = by_mode[modes[0]]
 
     limit = total / raw_s
@@ -292,7 +345,7 @@ def main() -> int:
         print(f"worker RSS after {args.runs * q // 4:,} runs started: {marks[q]:.0f} MB")
     print(f"worker peak RSS: {w['peak']:.0f} MB")
     print()
-    print(f"RUNNING events (--running-events; the rows above: {modes[0]})")
+    print(f"RUNNING events (--running-events, under {guarantees[0]}; the rows above: {modes[0]})")
     print("| --running-events | events | of them RUNNING | events per run | records/s | wall s | CPU s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for mode, m in by_mode.items():
@@ -301,6 +354,24 @@ def main() -> int:
             f"| {mode} | {events:,.0f} | {running:,.0f} | {events / args.runs:.2f} | "
             f"{float(m['rate']):,.0f} | {float(m['wall']):.1f} | {float(m['cpu']):.1f} |"  # type: ignore[arg-type]
         )
+    if by_guarantee:
+        print()
+        print("Processing guarantees (--processing-guarantee, RUNNING events off)")
+        print(
+            "| --processing-guarantee | records/s | of at_least_once | of faust's no-op | wall s | CPU s "
+            "| broker CPU s |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        base = by_guarantee.get("at_least_once")
+        for guarantee, m in by_guarantee.items():
+            r = float(m["rate"])  # type: ignore[arg-type]
+            of_alo = f"{100 * r / float(base['rate']):.1f}%" if base is not None else "-"  # type: ignore[arg-type]
+            of_noop = f"{100 * r / (total / noop):.1f}%" if noop is not None else "-"
+            bcpu = m["broker_cpu"]
+            print(
+                f"| {guarantee} | {r:,.0f} | {of_alo} | {of_noop} | {float(m['wall']):.1f} | "  # type: ignore[arg-type]
+                f"{float(m['cpu']):.1f} | {'-' if bcpu is None else f'{float(bcpu):.1f}'} |"  # type: ignore[arg-type]
+            )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -96,10 +96,10 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "at start, and nothing was done: a wrong SASL user name, password or mechanism, or a TLS "
     "handshake that failed (a CA that did not sign the broker's certificate, a certificate without "
     "the broker's host name); stderr says which, in one line (EX_NOPERM)",
-    ExitCode.FENCED: "the worker (under exactly_once) found another worker initialised the "
-    "transactional id of one of its input partitions: the group had dropped it (a pause longer than "
-    "the session timeout) and the partition has a new owner. It left at once, and nothing it sent "
-    "after that becomes visible to a read_committed reader; restart it (it rejoins the group)",
+    ExitCode.FENCED: "the worker (under exactly_once) found another worker had initialised the "
+    "transactional id of one of its input partitions (the group had dropped it: a pause longer than "
+    "the session timeout), dropped its batch, and no rebalance gave it partitions again within 120 s; "
+    "nothing it sent after the fence is visible to a read_committed reader; restart it",
     ExitCode.STOP_TIMEOUT: "a service was still running `--stop-timeout` seconds (default 30) after the "
     "first SIGTERM/SIGINT (a stuck agent, a flush or shutdown that does not end): it left at once, as "
     "`kill -9` would, with nothing more committed; a restart processes the uncommitted input again",

@@ -44,7 +44,7 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
-from olstream.streams.runtime.exits import exit_on_unexpected
+from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
 from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
 from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
@@ -52,11 +52,12 @@ from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import EventSends, Sender
 from olstream.streams.runtime.topology import changelog_topic, check_assignment
-from olstream.streams.runtime.transactions import PartitionTransactions
+from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
+from olstream.streams.runtime.turn_lock import TurnLock
 
 log = logging.getLogger(__name__)
 
-REJOIN_SECONDS = 120.0  # a record the group refused waits this long for the rebalance, then the process ends
+REJOIN_SECONDS = 120.0  # a refused or fenced worker waits this long for the rebalance, then the process ends
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
 
 
@@ -67,34 +68,6 @@ def _where(event: Any) -> str:
         f"processing the record at topic partition {msg.partition}, offset {msg.offset} (log partition "
         f"{int_header(headers, wire.HEADER_PARTITION)}, offset {int_header(headers, wire.HEADER_OFFSET)})"
     )
-
-
-class TurnLock:
-    """An asyncio lock that also tells whether anyone holds it or waits for it (`free`).
-
-    A record whose processing never awaits may skip taking a free lock: acquiring and releasing it
-    at once would let nothing else run in between. The lock is fair (asyncio's), so a checkpoint or
-    rebalance hook that waits for it makes it not free, and records then queue behind it as before.
-    """
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self._queued = 0  # tasks holding or waiting for the lock
-
-    def free(self) -> bool:
-        return self._queued == 0
-
-    async def __aenter__(self) -> None:
-        self._queued += 1
-        try:
-            await self._lock.acquire()
-        except BaseException:
-            self._queued -= 1
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._lock.release()
-        self._queued -= 1
 
 
 class StreamWorker:
@@ -139,7 +112,9 @@ class StreamWorker:
             tracker=self.tracker,
             confirm_within=settings.session_timeout / 3,
             transactions=self.transactions,
+            on_fenced=self.abandon,
         )
+        self.fenced_at: float | None = None  # when a fence dropped the batch, until the next assignment
         self.batch = Batch()
         self.lock = TurnLock()  # one of: a record being processed, a checkpoint, a rebalance hook
         self.stopping = False
@@ -167,6 +142,36 @@ class StreamWorker:
         t = time.perf_counter()
         self.step.handle(event, log_offsets, child)
         self.busy_seconds += time.perf_counter() - t
+
+    async def abandon(self, e: ProducerFenced) -> None:
+        """Fenced (exactly_once): another worker took one of the input partitions, so the group dropped
+        this one (a pause past the session timeout, a broker failing over). Nothing of the batch was
+        committed: drop it, forget the assignment (records wait for the next one) and abort the open
+        transactions; the rebalance that gives this worker partitions again follows. Without one in
+        `REJOIN_SECONDS` the process leaves (`FENCED`)."""
+        log.warning(
+            "%s; the batch of %d records is dropped (nothing of it was committed, its records are read "
+            "again from the committed offsets) and the worker waits for the group's rebalance",
+            e,
+            self.batch.size,
+        )
+        m.FENCES.inc()
+        self.batch = Batch()
+        self.table.discard_batch()
+        self.input.revoked()  # the synchronous part first: a checkpoint meanwhile finds nothing
+        if self.fenced_at is None:
+            self.fenced_at = time.monotonic()
+        if self.transactions is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.transactions.abort_open)
+
+    def check_rejoined(self) -> None:
+        """Leave (`FENCED`) when a fenced worker got no new assignment within `REJOIN_SECONDS`."""
+        if self.fenced_at is not None and time.monotonic() - self.fenced_at > REJOIN_SECONDS:
+            exit_on_failed_delivery(
+                ProducerFenced(
+                    f"fenced, and no rebalance gave this worker partitions in {REJOIN_SECONDS:.0f} s"
+                )
+            )
 
     async def wait_for_parents(self, event: Any, child: WaitedChild) -> None:
         """Wait until the run directory can resolve this child's parent (`RecordStep.waited_child`).
@@ -237,6 +242,7 @@ class StreamWorker:
         owned = sorted(tp.partition for tp in self.owned_input_tps())
         check_assignment(self.settings.input_topic, owned, self.sa.partitions)  # the input grew: leave
         loop = asyncio.get_running_loop()
+        self.fenced_at = None
         try:
             if self.transactions is not None:  # fences the previous owners: nothing of theirs lands after
                 await loop.run_in_executor(None, self.transactions.assign, owned)
@@ -383,6 +389,9 @@ def attach(sa: m.StreamApp) -> StreamWorker:
                 if not member:  # the group dropped this worker: its next owner reads the record again
                     await worker.wait_until_revoked(partition, msg.offset, taken)
                     continue
+            except ProducerFenced as e:  # the group dropped this worker: drop the batch, wait to rejoin
+                await worker.abandon(e)
+                continue
             except Exception as e:  # not caught to go on: the process ends here
                 exit_on_unexpected(_where(event), e)
             if worker.batch.size >= batch_size:
@@ -412,6 +421,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
     app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
 
     async def committed_timer() -> None:
+        worker.check_rejoined()
         await worker.refresh_committed()
 
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)

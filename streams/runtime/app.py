@@ -97,6 +97,11 @@ INPUT_REREAD = Counter(
     "olstream_stream_input_reread_total",
     "Input records fetched but never handed to the agent, found by the commit ledger and read again",
 )
+FENCES = Counter(
+    "olstream_stream_fenced_total",
+    "Batches dropped because another worker had taken one of their input partitions (exactly_once: the "
+    "group had dropped this worker, which then waited for the rebalance)",
+)
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 INPUT_LAG = Gauge(
     "olstream_stream_input_lag",

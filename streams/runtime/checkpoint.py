@@ -66,11 +66,12 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.exits import exit_on_failed_delivery
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
-from olstream.streams.runtime.transactions import PartitionTransactions
+from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
 
 log = logging.getLogger(__name__)
 
 Commit = Callable[[Mapping[TP, int]], Awaitable[bool]]
+Fenced = Callable[[ProducerFenced], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -121,6 +122,7 @@ class Checkpoint:
         tracker: InputTracker,
         confirm_within: float,
         transactions: PartitionTransactions | None = None,
+        on_fenced: Fenced | None = None,
     ) -> None:
         self.input_topic = input_topic
         self.sender = sender
@@ -132,6 +134,7 @@ class Checkpoint:
         self.confirm_within = confirm_within
         self.confirmed_at = -math.inf  # monotonic time a commit accepted by the group was sent
         self.transactions = transactions
+        self.on_fenced = on_fenced
         if transactions is not None:
             self.transactional_changelog = TransactionalChangelog(transactions, changelog.topic)
 
@@ -147,6 +150,11 @@ class Checkpoint:
                     await self.run_at_least_once(batch)
                 else:
                     await self.run_exactly_once(batch)
+            except ProducerFenced as e:
+                if self.on_fenced is None:
+                    exit_on_failed_delivery(e)
+                await self.on_fenced(e)
+                return
             except DeliveryError as e:
                 exit_on_failed_delivery(e)
             waited = time.monotonic() - waiting

@@ -145,6 +145,13 @@ class RunTable:
         self.overlay.clear()
         return writes
 
+    def discard_batch(self) -> None:
+        """Forget the batch's changes and what was read (a fenced worker's batch: nothing of it was
+        committed, and the store is read again after the next assignment)."""
+        self.overlay.clear()
+        self.marks.take_batch()
+        self.rescan_needed = True  # clears the caches and the marks read from the store
+
     def store_batch(self, writes: BatchWrites, next_changelog_offsets: dict[int, int]) -> None:
         """Write a prepared batch to the stores, each partition's in one atomic batch with the next
         changelog offset past its writes (so a restart restores only the changelog's tail)."""

@@ -15,8 +15,9 @@ visible once another worker has taken its partitions: its sends are fenced, and 
 subscriber never sees them. The new owner reads the committed offsets after that initialisation,
 so it also sees whatever the previous owner committed before it.
 
-**Errors.** A fenced producer raises `ProducerFenced` (the worker leaves at once, exit
-``FENCED``). An abortable error (a broker failing over, a send that failed) aborts the partition's
+**Errors.** A fenced producer raises `ProducerFenced`: the worker drops its batch and waits for the
+rebalance that must follow (``olstream.streams.runtime.agent``; exit ``FENCED`` when none comes).
+An abortable error (a broker failing over, a send that failed) aborts the partition's
 transaction and sends its messages again in a new one, up to `ATTEMPTS` times; then, or on any
 other error, `DeliveryError` (exit ``SEND_FAILED``).
 """
@@ -114,7 +115,10 @@ class PartitionTransactions:
         except KafkaException as e:
             raise DeliveryError(
                 f"cannot initialise the transactional producer of input partition {partition} "
-                f"({transactional_id(self.app_id, self.input_topic, partition)}): {e.args[0]}"
+                f"({transactional_id(self.app_id, self.input_topic, partition)}): {e.args[0]}; a "
+                "Kafka-compatible service without transactions needs --processing-guarantee "
+                f"at_least_once, and with ACLs the worker needs Write and Describe on transactional "
+                f"ids with the prefix {self.app_id}-"
             ) from e
         return producer
 
@@ -143,6 +147,15 @@ class PartitionTransactions:
                 producer.flush(0)
             except KafkaException as e:  # fenced meanwhile: nothing of it can land anyway
                 log.debug("closing a transactional producer: %s", e)
+
+    def abort_open(self) -> None:
+        """Abort every open transaction (blocking); a fenced producer's is aborted by its new owner."""
+        for partition in sorted(self.produced):
+            try:
+                self.producers[partition].abort_transaction(CALL_TIMEOUT_SECONDS)
+            except KafkaException as e:
+                log.info("input partition %d: its transaction is not aborted here: %s", partition, e.args[0])
+        self.produced.clear()
 
     # ------------------------------------------------------------------ sends
 

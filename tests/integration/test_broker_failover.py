@@ -23,6 +23,8 @@ from tests.support.pipeline_support import (
     wait_until_delivered,
     wait_until_settled,
 )
+from tests.support.stream_support import consume_all
+from tests.support.stream_support import repeats as stream_repeats
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +101,9 @@ def test_kill_9_of_the_leading_broker_under_load_loses_nothing(tmp_path: Path) -
         finally:
             pipeline.stop()
         repeats = assert_complete_identical_and_ordered(pipeline.delivered(), starts, ends)
+        on_topic = consume_all(pipeline.bootstrap, pipeline.output, idle=1.0)  # read_committed
+        assert len(on_topic) == len(lines) - repeats, "the sink's repeats are its own"
+        assert stream_repeats(o.value for o in on_topic) == 0, "exactly_once: each event once on the topic"
         print(
             f"killed broker {leader_id} (leader of {led} input partitions) with {at_kill} events of the "
             f"first {RUNS_PER_PHASE} runs delivered; all runs of phase 2 delivered "

@@ -29,7 +29,17 @@ from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.openlineage_schema import validator
 from tests.support.pipeline_support import GrowingLog, LocalCluster, dump_tasks, local_cluster
 from tests.support.receiver import Request
-from tests.support.stream_support import OLSTREAM, Out, consume_all, env, start_worker, stop, tail, worker_cmd
+from tests.support.stream_support import (
+    OLSTREAM,
+    Out,
+    consume_all,
+    env,
+    repeats,
+    start_worker,
+    stop,
+    tail,
+    worker_cmd,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -168,6 +178,9 @@ def compare(a: Sequence[Out], b: Sequence[Out]) -> None:
     assert not moved, f"{len(moved)} events on other output partitions in the two regions"
     for events in (a, b):
         assert starts_after_terminal(events) == []
+        assert repeats(o.value for o in events) == 0, (
+            "exactly_once: a read_committed reader sees each event once"
+        )
         conformance(events)
 
 

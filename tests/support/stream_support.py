@@ -123,6 +123,13 @@ class Out:
         return json.loads(self.value)  # type: ignore[no-any-return]
 
 
+def repeats(values: Iterable[bytes]) -> int:
+    """How many of `values` repeat an earlier one (an event's bytes are unique to its run and type:
+    under exactly_once a read_committed reader of the events topic sees none)."""
+    values = list(values)
+    return len(values) - len(set(values))
+
+
 def consume_all(
     bootstrap: str, topic: str, *, expect: int | None = None, idle: float = 3.0, timeout: float = 120.0
 ) -> list[Out]:

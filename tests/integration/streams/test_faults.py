@@ -22,6 +22,7 @@ from tests.support.stream_support import (
     consume_all,
     produce_records,
     produce_rows,
+    repeats,
     simulated_rows,
     start_worker,
     stop,
@@ -160,6 +161,8 @@ def test_scale_out_kill_9_one_of_three_workers(
         per_run[doc["run"]["facets"]["workflow"]["engineRunId"]].append(o)
     differing = {k: sorted(v) for k, v in copies.items() if len(v) > 1}
     assert not differing, f"every repeat is byte-identical; these differ: {list(differing.items())[:1]}"
+    repeated = repeats(o.value for o in follower.seen)  # the follower reads read_committed
+    assert repeated == 0, f"exactly_once (the default): {repeated} events repeated after the kill -9"
     for rid, events in per_run.items():
         types = [e.doc["eventType"] for e in events]
         assert types[0] == "START", (rid, types)

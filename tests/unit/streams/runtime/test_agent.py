@@ -35,6 +35,7 @@ from olstream.streams.run_directory import MemoryRunStarts
 from olstream.streams.runtime import agent, exits, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
+from olstream.streams.runtime.turn_lock import TurnLock
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState, state_key
 from olstream.streams.state_store import loads_state
@@ -192,6 +193,10 @@ class FakeTransactions:
 
     def close(self) -> None:
         pass
+
+    def abort_open(self) -> None:
+        self.trace.append(("txn-abort", tuple(sorted(self.open))))
+        self.open.clear()
 
     def select(self, partition: int) -> None:
         self.current = partition
@@ -1146,7 +1151,7 @@ def test_the_agent_takes_faust_s_monitor_sensor_off_the_app() -> None:
 
 def test_the_turn_lock_is_free_only_while_nobody_holds_or_waits_for_it() -> None:
     async def scenario() -> list[bool]:
-        lock = agent.TurnLock()
+        lock = TurnLock()
         seen = [lock.free()]
         async with lock:
             seen.append(lock.free())
@@ -1215,14 +1220,38 @@ def test_under_exactly_once_a_batch_is_one_transaction_per_partition_and_stored_
     assert rig.worker.tracker.committed == {0: 2, 1: 1}
 
 
-def test_under_exactly_once_a_fenced_commit_leaves_with_fenced_and_stores_nothing(
+def test_under_exactly_once_a_fenced_worker_drops_its_batch_and_processes_again_once_reassigned(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
+    """Another worker took a partition (the group dropped this one): nothing of the batch was
+    committed, so it is dropped, nothing is stored, and the records wait for the next assignment,
+    from whose committed offsets they are read again."""
     rig = Rig(monkeypatch, loop, batch_size=2, processing_guarantee="exactly_once")
     rig.transactions.fenced = True
-    rig.feed(event_of(started("r1", offset=0), 0, 0))
-    with pytest.raises(Exited) as exited:
-        rig.feed(event_of(ended("r1", offset=1), 0, 1))
-    assert exited.value.code == ExitCode.FENCED
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert rig.table.rows == {} and rig.table.writes == []
-    assert rig.worker.tracker.committed == {0: 0, 1: 0}
+    assert not rig.worker.input.assigned.is_set()  # records wait for the rebalance
+    assert rig.worker.fenced_at is not None and not rig.worker.batch.size
+    assert worker_app.FENCES._value.get() >= 1
+
+    rig.transactions.fenced = False
+    rig.rebalance(assigned=(0, 1))  # the group's rebalance gives it its partitions again
+    assert rig.worker.fenced_at is None
+    rig.take()
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2),))]
+    assert rig.table.state("r1") is not None
+
+
+def test_a_fenced_worker_that_is_never_reassigned_leaves_with_fenced(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once")
+    rig.transactions.fenced = True
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    assert rig.worker.fenced_at is not None
+    rig.worker.check_rejoined()  # within REJOIN_SECONDS: it waits
+    rig.worker.fenced_at -= agent.REJOIN_SECONDS + 1
+    with pytest.raises(Exited) as exited:
+        rig.worker.check_rejoined()
+    assert exited.value.code == ExitCode.FENCED
