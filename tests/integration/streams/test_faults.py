@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections import defaultdict
@@ -240,7 +241,10 @@ def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
     continued (SIGCONT), twice: a GC pause, CPU throttling, a VM migration. Nothing is lost. Under
     exactly_once its partitions' new owners fenced it: a read_committed reader sees each event once,
     and every finished run's last event is its terminal one; the paused worker leaves FENCED or goes
-    on. Under at_least_once the repeats and runs ending on a START that remain are printed."""
+    on. Under at_least_once the repeats and runs ending on a START that remain are printed: a
+    measurement of that mode's residual (docs/limits.md), run with OLSTREAM_MEASURE_AT_LEAST_ONCE=1."""
+    if guarantee == "at_least_once" and not os.environ.get("OLSTREAM_MEASURE_AT_LEAST_ONCE"):
+        pytest.skip("measures at_least_once's residual (docs/limits.md): OLSTREAM_MEASURE_AT_LEAST_ONCE=1")
     rows, _ = simulated_rows(tmp_path, runs=4000, seed=31)
     records = [codec.decode(r.payload, r.partition, r.offset) for r in rows]
     starts = {r.engine_run_id for r in records if isinstance(r, RunStarted)}
