@@ -24,6 +24,29 @@ log = logging.getLogger(__name__)
 Headers = list[tuple[str, str | bytes | None]]
 
 
+def produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None = None,
+    partition: int | None = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """Queue one message, waiting (serving delivery reports) while librdkafka's queue is full."""
+    extra: dict[str, Any] = {}
+    if partition is not None:
+        extra["partition"] = partition
+    if on_delivery is not None:
+        extra["on_delivery"] = on_delivery
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers, **extra)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 class EventSends(Protocol):
     """Where a record's events and error records go: a `Sender`, or under exactly_once the record's
     input partition's transaction (`olstream.streams.runtime.transactions.PartitionTransactions`)."""
@@ -87,15 +110,7 @@ class Sender:
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
-        while True:
-            try:
-                if partition is None:
-                    self._producer.produce(topic, value, key, headers=headers)
-                else:
-                    self._producer.produce(topic, value, key, partition=partition, headers=headers)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        produce(self._producer, topic, key, value, headers, partition)
 
     def _flush(self, timeout: float) -> None:
         remaining = self._producer.flush(timeout)

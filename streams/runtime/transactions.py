@@ -34,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from olstream.shared.errors import DeliveryError
 from olstream.shared.kafka_clients import Kafka, producer_config
+from olstream.streams.runtime.sender import Headers, produce
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ ATTEMPTS = 3  # transactions of one partition's batch before the worker gives up
 TRANSACTION_TIMEOUT_MS = 30_000  # the broker aborts a transaction left open longer (a dead worker)
 CALL_TIMEOUT_SECONDS = 60.0  # init, send offsets, commit, abort
 
-Headers = list[tuple[str, str | bytes | None]]
 # topic, key, value, headers, partition, on_delivery: one produce of an open transaction
 Produced = tuple[str, bytes | None, bytes | None, Headers | None, int | None, Any]
 
@@ -173,7 +173,7 @@ class PartitionTransactions:
             produced = self.produced[partition] = []
         produced.append(item)
         try:
-            _produce(producer, item)
+            produce(producer, *item)
         except (KafkaException, SystemError) as e:  # fatal: fenced, or the producer unusable
             if isinstance(e, SystemError) and _kafka_error(e) is None:
                 raise
@@ -270,7 +270,7 @@ class PartitionTransactions:
         except KafkaException as e:
             self._raise(partition, "abort its transaction", e)
         for item in self.produced.get(partition, ()):
-            _produce(producer, item)
+            produce(producer, *item)
 
     def _raise(self, partition: int, what: str, e: Exception) -> NoReturn:
         """Raise ProducerFenced or DeliveryError for a failed call of `partition`'s producer."""
@@ -303,18 +303,3 @@ def _kafka_error(e: BaseException | None) -> KafkaError | None:
             return e.args[0]
         e = e.__cause__ or e.__context__
     return None
-
-
-def _produce(producer: Producer, item: Produced) -> None:
-    topic, key, value, headers, partition, on_delivery = item
-    while True:
-        try:
-            if partition is None:
-                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
-            else:
-                producer.produce(
-                    topic, value, key, partition=partition, headers=headers, on_delivery=on_delivery
-                )
-            return
-        except BufferError:
-            producer.poll(0.05)
