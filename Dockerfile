@@ -3,11 +3,6 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# graphviz renders `olstream graph`; everything else comes as wheels.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends graphviz \
- && rm -rf /var/lib/apt/lists/*
-
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY avro ./avro
@@ -16,6 +11,7 @@ COPY connectors ./connectors
 COPY streams ./streams
 COPY infra/kafka/pom.xml ./infra/kafka/pom.xml
 COPY infra/mirror/pom.xml ./infra/mirror/pom.xml
+# the runtime only: no `[local]` extra (graphviz for `olstream graph`); every dependency is a wheel
 RUN pip install .
 
 RUN useradd --system --uid 10001 --home-dir /var/lib/olstream --create-home olstream

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from olstream.shared.errors import ConfigError, ExitCode
+from olstream.shared.extras import extra_of_missing
 from olstream.shared.logs import redact
 
 # Each module defines `register(subparsers) -> None`, adding its subcommand(s) with
@@ -56,6 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         # an invalid setting is one line on stderr and exit 2, never a traceback
         sys.stderr.write(f"olstream {command_name(args)}: {' '.join(redact(str(e)).split())}\n")
+        return ExitCode.CONFIG
+    except ModuleNotFoundError as e:
+        # a module of an extra the command imports directly: the same one line as a MissingExtraError
+        extra = extra_of_missing(e)
+        if extra is None:
+            raise
+        sys.stderr.write(
+            f"olstream {command_name(args)}: needs the Python package {e.name} of the extra `{extra}`, "
+            f"not installed: pip install 'olstream[{extra}]'\n"
+        )
         return ExitCode.CONFIG
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

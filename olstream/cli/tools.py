@@ -11,7 +11,7 @@ from typing import Any
 from olstream.cli.commands import add_actions, resolve_unless_printed
 from olstream.infra.settings import DEMO, MARQUEZ, STATUS, local_postgres
 from olstream.shared.config import add_flags, add_print_config, print_config, resolve
-from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
+from olstream.shared.errors import ExitCode, KafkaAuthError, MissingExtraError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
 from olstream.shared.logs import setup_logging
@@ -74,6 +74,8 @@ def _run_graph(args: argparse.Namespace) -> int:
             sys.stdout.write(graph.to_dot(lineage, title))
             return 0
         graph.render(lineage, args.output, title)
+    except MissingExtraError:
+        raise  # one line and exit 2 (olstream.cli.main): the extra to install
     except OlstreamError as e:
         print(f"olstream graph: {e}", file=sys.stderr)
         return 1

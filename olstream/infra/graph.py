@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from olstream.shared.errors import ConfigError, OlstreamError
+from olstream.shared.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,8 @@ def html_page(svg: str, graph: LineageGraph, title: str) -> str:
 
 def render(graph: LineageGraph, out: Path, title: str = "olstream lineage") -> Path:
     """Write the picture; the format comes from the file's suffix (.svg, .png, .html)."""
-    import graphviz  # imported here so the model works without it
+    # imported here so the model (and `olstream graph --dot`) works without the `local` extra
+    graphviz = require("graphviz", "rendering the lineage graph")
 
     fmt = format_of(out)
     source = graphviz.Source(to_dot(graph, title))

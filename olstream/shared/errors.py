@@ -14,6 +14,10 @@ class ConfigError(OlstreamError):
     """A setting is missing or invalid."""
 
 
+class MissingExtraError(ConfigError):
+    """A command needs a Python package of an optional extra (`olstream[local]`) that is not installed."""
+
+
 class PlacementError(ConfigError):
     """The records topic's placement (its record in the offsets topic, or the topic it names) does not
     fit: the message names the record or topic and the field."""
@@ -84,7 +88,8 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "started, stopped or asked; the demo failed",
     ExitCode.CONFIG: "cannot start as configured, and nothing was done: an invalid setting or flag (stderr "
     "names it); the source's event log that cannot be opened; Kafka unreachable when the source or the "
-    "worker starts; a faust without a private name the worker needs",
+    "worker starts; a faust without a private name the worker needs; a Python package of an extra not "
+    "installed (stderr names the extra: `pip install 'olstream[local]'`)",
     ExitCode.NOT_RUNNING: "`olstream kafka status`, `olstream postgres status`: the local service is not "
     "running",
     ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "

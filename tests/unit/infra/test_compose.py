@@ -182,7 +182,9 @@ def test_dockerfile_installs_every_package_and_runs_olstream() -> None:
     assert re.search(r"^COPY avro ", text, re.M)
     assert 'ENTRYPOINT ["olstream"]' in text
     assert re.search(r"^USER ", text, re.M)
-    assert "graphviz" in text
+    # the image carries the runtime only: `pip install .`, no `[local]` extra, no Graphviz
+    assert re.search(r"^RUN pip install \.$", text, re.M)
+    assert "[local]" not in re.sub(r"#.*", "", text) and "apt-get install" not in text
 
 
 def test_the_image_serves_metrics_on_every_interface() -> None:
