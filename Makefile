@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.olstream-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test test-unit lint demo kafka-up kafka-down clean
+.PHONY: help setup system-deps venv tools test test-unit lint demo kafka-up kafka-down clean
 
 help:
 	@echo "make test     create .venv, install, run unit + integration tests (starts and stops Kafka, PostgreSQL)"
@@ -33,7 +33,12 @@ venv: $(STAMP)
 
 setup: system-deps venv
 
-test: setup
+# helm for the chart's tests: built once with Go into ~/.cache/olstream (infra/tools/helm.sh); when
+# it cannot be (no Go), the chart's tests skip and say why
+tools:
+	@infra/tools/helm.sh >/dev/null || echo "helm unavailable: tests/integration/deploy/test_helm_*.py will skip" >&2
+
+test: setup tools
 	infra/run-tests.sh $(or $(PYTEST_ARGS),tests)
 
 test-unit: venv
