@@ -11,6 +11,8 @@ COPY connectors ./connectors
 COPY streams ./streams
 COPY infra/kafka/pom.xml ./infra/kafka/pom.xml
 COPY infra/mirror/pom.xml ./infra/mirror/pom.xml
+COPY infra/marquez/pom.xml ./infra/marquez/pom.xml
+COPY infra/marquez/marquez.yml ./infra/marquez/marquez.yml
 # the runtime only: no `[local]` extra (graphviz for `olstream graph`); every dependency is a wheel
 RUN pip install .
 

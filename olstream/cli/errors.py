@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
-from olstream.infra.settings import ERRORS_REDRIVE, STATUS
 from olstream.operations.error_records import (
     ERROR_TOPICS,
     Selection,
@@ -21,6 +20,7 @@ from olstream.operations.error_records import (
 )
 from olstream.operations.redrive import DEFAULT_MAX_ATTEMPTS
 from olstream.operations.redrive_run import RedriveRequest, run_redrive
+from olstream.operations.settings import ERRORS_REDRIVE, STATUS
 from olstream.shared.config import Setting, add_flags, add_print_config
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection

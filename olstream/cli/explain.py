@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
-from olstream.infra.settings import EXPLAIN
 from olstream.operations.explain import KINDS, ExplainRequest, check_subject, explain
+from olstream.operations.settings import EXPLAIN
 from olstream.shared.config import add_flags, add_print_config
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_actions(
         subparsers,
         "kafka",
-        "run a local Kafka broker, or a cluster of them (KRaft)",
+        "run a local Kafka broker, or a cluster of them (KRaft; jars from Maven Central, Java 17)",
         (
             ("up", "start the broker(s) that do not run yet", KAFKA_UP, run_up),
             ("down", "stop the broker(s) started with the same --data-dir", KAFKA_DOWN, run_down),

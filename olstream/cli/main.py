@@ -21,7 +21,8 @@ COMMAND_MODULES = (
     "olstream.cli.source",  # olstream source
     "olstream.cli.worker",  # olstream worker
     "olstream.cli.sink",  # olstream sink
-    "olstream.cli.tools",  # olstream demo, graph, status, marquez
+    "olstream.cli.tools",  # olstream demo, graph, marquez (the local tools)
+    "olstream.cli.status",  # olstream status
     "olstream.cli.errors",  # olstream errors list|show
     "olstream.cli.replay",  # olstream replay
     "olstream.cli.explain",  # olstream explain RUN

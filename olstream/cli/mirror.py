@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_actions(
         subparsers,
         "mirror",
-        "run a local MirrorMaker 2 replicating topics from a source cluster to a target cluster",
+        "run a local MirrorMaker 2 replicating topics from a source cluster to a target cluster "
+        "(connect-mirror jars from Maven Central)",
         (
             (
                 "up",

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_actions(
         subparsers,
         "postgres",
-        "run a local PostgreSQL server",
+        "run a local PostgreSQL server (the installed PostgreSQL binaries: Debian's postgresql package)",
         (
             ("up", "start the server (no-op when it already runs); prints its URL", POSTGRES_UP, run_up),
             ("down", "stop the server started with the same --data-dir", POSTGRES_DOWN, run_down),

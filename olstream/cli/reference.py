@@ -14,6 +14,7 @@ from olstream.connectors.source.settings import SOURCE_SETTINGS
 from olstream.eventlog.settings import SIMULATE_SETTINGS
 from olstream.infra import mirror_settings
 from olstream.infra import settings as infra
+from olstream.operations import settings as operations
 from olstream.operations.replay_settings import REPLAY_SETTINGS
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
 from olstream.shared.errors import EXIT_MEANINGS, ExitCode
@@ -40,10 +41,14 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "postgres status": ("postgres", infra.POSTGRES_STATUS),
     "marquez up|down|status": ("marquez", infra.MARQUEZ),
     "demo": ("demo", infra.DEMO),
-    "status": ("status", infra.STATUS),
-    "explain": ("explain", infra.EXPLAIN),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""
+
+OPERATIONS_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
+    "status": ("status", operations.STATUS),
+    "explain": ("explain", operations.EXPLAIN),
+}
+"""Operating a running pipeline: the command -> (its section in the file, its settings)."""
 
 _INTRO = """# Configuration
 
@@ -134,6 +139,10 @@ def render() -> str:
         "\n## Local infrastructure and tools\n\nThe same resolver; see [operations.md](operations.md).\n"
     )
     for title, (section, settings) in INFRA_SETTINGS.items():
+        parts.append(f"\n### {title}\n\n`olstream {title}`, section `{section}:` of the file.\n")
+        parts.append(_table(settings))
+    parts.append("\n## Operating a pipeline\n\nThe same resolver; see [operations.md](operations.md).\n")
+    for title, (section, settings) in OPERATIONS_SETTINGS.items():
         parts.append(f"\n### {title}\n\n`olstream {title}`, section `{section}:` of the file.\n")
         parts.append(_table(settings))
     return "".join(parts)

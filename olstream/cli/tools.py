@@ -1,4 +1,8 @@
-"""`olstream demo`, `olstream graph`, `olstream status` and `olstream marquez up|down|status`."""
+"""The local tools: `olstream demo`, `olstream graph` and `olstream marquez up|down|status`.
+
+They use the local launchers (`olstream/infra/`); the demo's picture and the graph need the extra
+`local` (`pip install 'olstream[local]'`), which `olstream/shared/extras.py` names when it is missing.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import add_actions, resolve_unless_printed
-from olstream.infra.settings import DEMO, MARQUEZ, STATUS, local_postgres
+from olstream.infra.settings import DEMO, MARQUEZ, local_postgres
 from olstream.shared.config import add_flags, add_print_config, print_config, resolve
-from olstream.shared.errors import ExitCode, KafkaAuthError, MissingExtraError, OlstreamError
-from olstream.shared.kafka_admin import check_connection
-from olstream.shared.kafka_settings import connection_of
+from olstream.shared.errors import ExitCode, MissingExtraError, OlstreamError
 from olstream.shared.logs import setup_logging
 
 
@@ -21,7 +23,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add this module's subcommands."""
     _register_demo(subparsers)
     _register_graph(subparsers)
-    _register_status(subparsers)
     _register_marquez(subparsers)
 
 
@@ -55,7 +56,9 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _register_graph(subparsers: argparse._SubParsersAction[Any]) -> None:
-    p = subparsers.add_parser("graph", help="draw the lineage graph of a file of RunEvents")
+    p = subparsers.add_parser(
+        "graph", help="draw the lineage graph of a file of RunEvents (Graphviz; extra `local`)"
+    )
     p.add_argument("events", type=Path, help="newline-delimited JSON RunEvents (the sink's file transport)")
     p.add_argument("-o", "--output", type=Path, default=Path("lineage.svg"), help=".svg, .png or .html")
     p.add_argument("--title", default=None, help="title above the graph")
@@ -88,52 +91,11 @@ def _run_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_status(subparsers: argparse._SubParsersAction[Any]) -> None:
-    from olstream.infra.status import PIPELINE_TOPICS
-
-    p = subparsers.add_parser("status", help="end offsets of the pipeline's topics and consumer group lag")
-    add_flags(p, STATUS)
-    p.add_argument(
-        "--topic",
-        action="append",
-        default=None,
-        help=f"topic to show (repeatable; default: {', '.join(PIPELINE_TOPICS)})",
-    )
-    add_print_config(p)
-    p.set_defaults(func=_run_status)
-
-
-def _run_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from olstream.infra import status
-
-    r = resolve_unless_printed("status", STATUS, args)
-    if r is None:
-        return ExitCode.OK
-    setup_logging("text", "WARNING")
-    bootstrap = r["bootstrap"]
-    try:
-        kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
-        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
-    except KafkaAuthError as e:
-        print(f"olstream status: {e}", file=sys.stderr)
-        return ExitCode.KAFKA_REFUSED
-    except OlstreamError as e:
-        print(f"olstream status: {e}", file=sys.stderr)
-        return 2
-    console = Console()
-    for table in status.render_tables(current, bootstrap):
-        console.print(table)
-    return 0
-
-
 def _register_marquez(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_actions(
         subparsers,
         "marquez",
-        "run a local Marquez API server (from Maven Central)",
+        "run a local Marquez API server from its server jar (--jar: Maven Central does not serve Marquez)",
         (
             ("up", "start Marquez (no-op when it runs)", MARQUEZ, _run_marquez),
             ("down", "stop the Marquez of --data-dir", MARQUEZ, _run_marquez),

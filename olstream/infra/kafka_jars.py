@@ -20,12 +20,18 @@ _REPO_POM = Path(__file__).resolve().parents[2] / "infra" / "kafka" / "pom.xml"
 _PACKAGED_POM = Path(__file__).resolve().with_name("kafka_pom.xml")
 
 
-def find_pom(candidates: tuple[Path, ...], what: str) -> Path:
-    """The first pom that exists: the source tree's, else the copy shipped inside the wheel."""
+def find_shipped(candidates: tuple[Path, ...], what: str) -> Path:
+    """The first file that exists: the source tree's, else the copy shipped inside the wheel
+    (pyproject.toml's `[tool.hatch.build.targets.wheel.force-include]`)."""
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise InfrastructureError(f"cannot find the {what} pom (looked at {', '.join(map(str, candidates))})")
+    raise InfrastructureError(f"cannot find {what} (looked at {', '.join(map(str, candidates))})")
+
+
+def find_pom(candidates: tuple[Path, ...], what: str) -> Path:
+    """The first pom that exists: the source tree's, else the copy shipped inside the wheel."""
+    return find_shipped(candidates, f"the {what} pom")
 
 
 def pom_path() -> Path:

@@ -1,8 +1,12 @@
-"""A local Marquez API server from Maven Central (no Docker), on a PostgreSQL database it owns.
+"""A local Marquez API server (no Docker), on a PostgreSQL database it owns.
 
-`up` resolves `io.github.marquezproject:marquez-api` into `~/.cache/olstream/marquez/<version>/libs`
-(once per version), creates the `marquez` role and a database owned by it, renders `marquez.yml`
-from `infra/marquez/marquez.yml` and starts `marquez.MarquezApp server marquez.yml` on Java 17.
+The server is a jar: `--jar` names one (Marquez's own build, for example
+`../shared/marquez/marquez-api-0.51.1.jar`, built from Marquez's source), else `up` asks Maven to
+resolve `io.github.marquezproject:marquez-api` into `~/.cache/olstream/marquez/<version>/libs` (once
+per version), which the Maven Central reachable here does not serve (docs/limits.md). `up` creates
+the `marquez` role and a database owned by it, renders `marquez.yml` from the template
+`infra/marquez/marquez.yml` (in the wheel: `olstream/infra/marquez.yml`) and starts
+`marquez.MarquezApp server marquez.yml` on Java 17.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from olstream.infra.kafka_jars import find_pom, find_shipped
 from olstream.infra.process import cache_home, pid_alive, port_free, state_home, stop_pid, tail
 from olstream.shared.errors import ConfigError, InfrastructureError
 
@@ -35,9 +40,20 @@ DEFAULT_MARQUEZ_VERSION = "0.51.1"  # the newest release (no 0.52 is tagged)
 DEFAULT_PORT = 5000
 MAIN_CLASS = "marquez.MarquezApp"
 HEAP_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-POM = REPO_ROOT / "infra" / "marquez" / "pom.xml"
-CONFIG_TEMPLATE = REPO_ROOT / "infra" / "marquez" / "marquez.yml"
+_SOURCE_DIR = Path(__file__).resolve().parents[2] / "infra" / "marquez"  # a checkout's files
+_PACKAGED_DIR = Path(__file__).resolve().parent  # the wheel's copies of them (force-include)
+
+
+def pom_path() -> Path:
+    """infra/marquez/pom.xml of the source tree, else the wheel's olstream/infra/marquez_pom.xml."""
+    return find_pom((_SOURCE_DIR / "pom.xml", _PACKAGED_DIR / "marquez_pom.xml"), "Marquez")
+
+
+def config_template() -> Path:
+    """infra/marquez/marquez.yml of the source tree, else the wheel's olstream/infra/marquez.yml."""
+    return find_shipped(
+        (_SOURCE_DIR / "marquez.yml", _PACKAGED_DIR / "marquez.yml"), "the Marquez configuration template"
+    )
 
 
 def default_data_dir() -> Path:
@@ -99,7 +115,7 @@ class MarquezSettings:
 
 def render_config(settings: MarquezSettings, template: str | None = None) -> str:
     """marquez.yml with this server's ports and database filled in."""
-    text = template if template is not None else CONFIG_TEMPLATE.read_text(encoding="utf-8")
+    text = template if template is not None else config_template().read_text(encoding="utf-8")
     return string.Template(text).substitute(
         host=settings.host,
         port=settings.port,
@@ -176,12 +192,12 @@ def download(version: str, libs: Path) -> None:
         "-Dstyle.color=never",
         "-q",
         "-f",
-        str(POM),
+        str(pom_path()),
         f"-Dmarquez.version={version}",
         f"-Doutput.dir={libs}",
         "dependency:copy-dependencies",
     ]
-    log.info("resolving Marquez %s from Maven Central into %s", version, libs)
+    log.info("resolving Marquez %s with Maven into %s", version, libs)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         errors = [
@@ -190,8 +206,9 @@ def download(version: str, libs: Path) -> None:
             if "ERROR]" in ln and ln.strip() != "[ERROR]"
         ][:1]
         raise InfrastructureError(
-            f"cannot resolve io.github.marquezproject:marquez-api:{version} from Maven Central "
+            f"cannot resolve io.github.marquezproject:marquez-api:{version} from Maven's repositories "
             f"({' '.join(cmd)}): " + (" | ".join(errors) or f"exit {done.returncode}")
+            + "; name a Marquez server jar with --jar (OLSTREAM_MARQUEZ_JAR)"
         )
 
 

@@ -1,8 +1,9 @@
-"""Settings of the local-infrastructure commands (kafka, postgres, marquez, demo, status).
+"""Settings of the local-infrastructure commands and tools (kafka, postgres, marquez, demo).
 
 Declared once, resolved by the shared resolver like every service's: flags > environment >
-the --config file (sections `kafka:`, `postgres:`, `marquez:`, `demo:`, `status:`) > defaults.
+the --config file (sections `kafka:`, `postgres:`, `marquez:`, `demo:`) > defaults.
 A data directory left unset is the command's own folder under `$XDG_STATE_HOME/olstream/`.
+The operations commands' settings (status, errors, explain) are in `olstream/operations/settings.py`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from olstream.contract import topics
-from olstream.eventlog.settings import LOG_URL, parse_base_time
+from olstream.eventlog.settings import parse_base_time
 from olstream.infra import marquez, postgres
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
@@ -26,7 +26,6 @@ from olstream.shared.config import (
     positive,
     resolve,
 )
-from olstream.shared.kafka_settings import KAFKA_CLIENT_SETTINGS
 
 
 def _timeout(default: float, what: str, key: str = "timeout") -> Setting:
@@ -104,7 +103,12 @@ MARQUEZ = (
     _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez"),
     _port(marquez.DEFAULT_PORT, "OLSTREAM_MARQUEZ_PORT", "API port"),
     Setting("admin_port", None, "admin port [port+1]", parse=int, env="", check=port_number),
-    Setting("version", marquez.DEFAULT_MARQUEZ_VERSION, "Marquez release", env="OLSTREAM_MARQUEZ_VERSION"),
+    Setting(
+        "version",
+        marquez.DEFAULT_MARQUEZ_VERSION,
+        "Marquez release (what Maven is asked for without --jar)",
+        env="OLSTREAM_MARQUEZ_VERSION",
+    ),
     Setting(
         "pg_url",
         None,
@@ -114,7 +118,8 @@ MARQUEZ = (
     Setting(
         "jar",
         None,
-        "a Marquez server jar to run instead of the one Maven resolves",
+        "the Marquez server jar to run, built from Marquez's source (Maven Central does not serve "
+        "marquez-api) [none: Maven resolves it]",
         env="OLSTREAM_MARQUEZ_JAR",
     ),
     LOG_FORMAT,
@@ -141,66 +146,6 @@ DEMO = (
     Setting("keep", False, "keep the work directory (logs of every process)", switch=True, env=""),
     LOG_FORMAT,
 )
-
-STATUS = (BOOTSTRAP, *KAFKA_CLIENT_SETTINGS, _timeout(10.0, "seconds to wait for the broker"))
-ERRORS_REDRIVE = (*STATUS, LOG_URL)
-"""`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
-
-
-def _topic(key: str, default: str, what: str) -> Setting:
-    return Setting(key, default, what, env="")
-
-
-def _group_list(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise ValueError("expected consumer group names separated by commas")
-    return names
-
-
-EXPLAIN = (
-    *STATUS,
-    _topic("records_topic", topics.EVENTLOG, "records topic (the source's output, the worker's input)"),
-    _topic("events_topic", topics.RUN_EVENTS, "events topic (the worker's output, the sinks' input)"),
-    _topic("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic"),
-    Setting(
-        "app_id", "olstream-stream", "the worker's app id: its group, and its state `{app_id}-runs-changelog`"
-    ),
-    Setting(
-        "sink_groups",
-        None,
-        "sink consumer groups, comma-separated [every group with a commit on the events topic]",
-        parse=_group_list,
-        env="",
-    ),
-    Setting(
-        "max_runs",
-        10,
-        "runs shown at most (a workflow instance has many; the latest)",
-        parse=int,
-        env="",
-        check=at_least(1),
-    ),
-    Setting(
-        "time_slack",
-        600.0,
-        "seconds between hosts' clocks allowed for: topics are read from a run's start (or first record) "
-        "less this",
-        parse=float,
-        env="",
-        check=at_least(0),
-    ),
-    Setting(
-        "scan_threads",
-        4,
-        "consumers reading a topic's partitions in parallel",
-        parse=int,
-        env="",
-        check=at_least(1),
-    ),
-    LOG_URL,
-)
-"""`olstream explain`: the broker, the pipeline's topics and groups, and (optionally) the event log."""
 
 
 def local_postgres(environ: Mapping[str, str]) -> postgres.PostgresSettings:

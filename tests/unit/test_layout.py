@@ -2,8 +2,10 @@
 
 Floors, from the ground up (docs/architecture.md): the shared pieces and the record contract;
 the event log service; the source, the sink and the worker (its pure core below its faust
-runtime); local infrastructure; the CLI. A module may import its own part and anything on a
-lower floor; the three services never import one another.
+runtime); operating a running pipeline; the local launchers and tools; the CLI. A module may import
+its own part and anything on a lower floor; the three services never import one another. The
+commands a deployment runs (the services, and status, errors, replay, explain) reach no local
+launcher, even through the CLI.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ PARTS = (
     ("olstream.connectors.sink", 3),
     ("olstream.streams", 3),
     ("olstream.streams.runtime", 4),
-    ("olstream.infra", 5),
     ("olstream.operations", 5),
-    ("olstream.cli", 6),
-    ("olstream.__main__", 6),
+    ("olstream.infra", 6),  # the local launchers and tools (demo, graph): never below them
+    ("olstream.cli", 7),
+    ("olstream.__main__", 7),
 )
 ROOT_MODULE = ("olstream", 0)  # the package's own __init__: __version__ only
 SERVICES = ("olstream.connectors.source", "olstream.connectors.sink", "olstream.streams")
@@ -145,6 +147,43 @@ def test_every_module_belongs_to_a_floor() -> None:
 
 def test_no_import_goes_up_a_floor_or_across_services() -> None:
     assert upward_imports(graph()) == []
+
+
+RUNTIME_COMMANDS = (
+    "olstream.cli.source",
+    "olstream.cli.worker",
+    "olstream.cli.sink",
+    "olstream.cli.log",
+    "olstream.cli.status",
+    "olstream.cli.errors",
+    "olstream.cli.replay",
+    "olstream.cli.explain",
+)
+"""The commands of a deployed pipeline: the services and the operations commands."""
+
+
+def reachable(g: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for dep in g.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def launchers_reached(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    found = {c: {m for m in reachable(g, c) if part_of(m)[0] == "olstream.infra"} for c in RUNTIME_COMMANDS}
+    return {c: mods for c, mods in found.items() if mods}
+
+
+def test_the_runtime_commands_import_no_local_launcher() -> None:
+    g = graph()
+    assert set(RUNTIME_COMMANDS) <= set(g)
+    assert launchers_reached(g) == {}
+    # and the check can fail
+    g["olstream.cli.errors"] = g["olstream.cli.errors"] | {"olstream.infra.settings"}
+    assert "olstream.infra.marquez" in launchers_reached(g)["olstream.cli.errors"]
 
 
 def test_no_import_circles() -> None:

@@ -36,20 +36,11 @@ from olstream.infra.process import free_port
 from olstream.infra.settings import MARQUEZ
 from olstream.shared.config import resolve
 from olstream.shared.errors import OlstreamError
+from tests.support.paths import shared_marquez_jar
 
 pytestmark = [pytest.mark.integration, pytest.mark.marquez]
 
 RUN_STATES = {"START": "RUNNING", "COMPLETE": "COMPLETED", "FAIL": "FAILED", "ABORT": "ABORTED"}
-
-
-def shared_marquez_jar() -> str | None:
-    """The runnable Marquez server jar in `shared/marquez/` of a parent folder of the checkout, if any
-    (Marquez is not on the Maven Central these machines reach)."""
-    for parent in Path(__file__).resolve().parents:
-        jars = sorted((parent / "shared" / "marquez").glob("marquez-api-*.jar"))
-        if jars:
-            return str(jars[-1])
-    return None
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from olstream.infra.status import GroupLag, PipelineStatus, group_lags, render_tables, topic_ends
+from olstream.operations.status import GroupLag, PipelineStatus, group_lags, render_tables, topic_ends
 
 ENDS = {("olstream.eventlog", 0): 10, ("olstream.eventlog", 1): 5, ("openlineage.events", 0): 7}
 
@@ -45,7 +45,7 @@ def test_tables_render_with_missing_topics_and_no_groups() -> None:
 def test_group_state_and_members_are_shown() -> None:
     from rich.console import Console
 
-    from olstream.infra.status import GroupState
+    from olstream.operations.status import GroupState
 
     lag = GroupLag("worker", "olstream.eventlog", committed=8, end=15, partitions_without_commit=0)
     status = PipelineStatus(
@@ -64,7 +64,7 @@ def test_group_state_and_members_are_shown() -> None:
 
 
 def test_each_partition_of_a_groups_topic_shows_its_records_share_lag_and_owner() -> None:
-    from olstream.infra.status import PartitionRow, member_name, partition_rows
+    from olstream.operations.status import PartitionRow, member_name, partition_rows
 
     committed = {"worker": {("olstream.eventlog", 0): 8}, "idle": {("unrelated", 0): 1}}
     owners = {"worker": {("olstream.eventlog", 1): member_name("w-2", "/10.0.0.2")}}
@@ -81,7 +81,7 @@ def test_each_partition_of_a_groups_topic_shows_its_records_share_lag_and_owner(
 def test_the_partition_table_names_owners_and_unassigned_partitions() -> None:
     from rich.console import Console
 
-    from olstream.infra.status import PartitionRow
+    from olstream.operations.status import PartitionRow
 
     status = PipelineStatus(
         topics=tuple(topic_ends(ENDS)),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from olstream.infra.status import collect
+from olstream.operations.status import collect
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,88 @@
+"""Settings of the commands that operate a running pipeline: `status`, `errors`, `explain`.
+
+Declared once, resolved by the shared resolver like every service's: flags > environment > the
+--config file (sections `status:`, `errors:`, `explain:`) > defaults. These commands read the
+pipeline's Kafka topics (and, for some, its event log); they import no local launcher.
+(`olstream replay`'s settings are in `replay_settings.py`.)
+"""
+
+from __future__ import annotations
+
+from olstream.contract import topics
+from olstream.eventlog.settings import LOG_URL
+from olstream.shared.config import BOOTSTRAP, Setting, at_least, positive
+from olstream.shared.kafka_settings import KAFKA_CLIENT_SETTINGS
+
+STATUS = (
+    BOOTSTRAP,
+    *KAFKA_CLIENT_SETTINGS,
+    Setting(
+        "timeout",
+        10.0,
+        "seconds to wait for the broker",
+        parse=float,
+        env="",
+        flag="--timeout",
+        check=positive,
+    ),
+)
+"""`olstream status` and `olstream errors list|show`: the broker, and how long to wait for it."""
+
+ERRORS_REDRIVE = (*STATUS, LOG_URL)
+"""`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
+
+
+def _topic(key: str, default: str, what: str) -> Setting:
+    return Setting(key, default, what, env="")
+
+
+def _group_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise ValueError("expected consumer group names separated by commas")
+    return names
+
+
+EXPLAIN = (
+    *STATUS,
+    _topic("records_topic", topics.EVENTLOG, "records topic (the source's output, the worker's input)"),
+    _topic("events_topic", topics.RUN_EVENTS, "events topic (the worker's output, the sinks' input)"),
+    _topic("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic"),
+    Setting(
+        "app_id", "olstream-stream", "the worker's app id: its group, and its state `{app_id}-runs-changelog`"
+    ),
+    Setting(
+        "sink_groups",
+        None,
+        "sink consumer groups, comma-separated [every group with a commit on the events topic]",
+        parse=_group_list,
+        env="",
+    ),
+    Setting(
+        "max_runs",
+        10,
+        "runs shown at most (a workflow instance has many; the latest)",
+        parse=int,
+        env="",
+        check=at_least(1),
+    ),
+    Setting(
+        "time_slack",
+        600.0,
+        "seconds between hosts' clocks allowed for: topics are read from a run's start (or first record) "
+        "less this",
+        parse=float,
+        env="",
+        check=at_least(0),
+    ),
+    Setting(
+        "scan_threads",
+        4,
+        "consumers reading a topic's partitions in parallel",
+        parse=int,
+        env="",
+        check=at_least(1),
+    ),
+    LOG_URL,
+)
+"""`olstream explain`: the broker, the pipeline's topics and groups, and (optionally) the event log."""
