@@ -2,7 +2,7 @@
 # Prints the path of helm HELM_VERSION, building it first when the cache does not hold it:
 # `go install helm.sh/helm/v3/cmd/helm@HELM_VERSION` from the Go module proxy (about 4 minutes on
 # 2 cores, niced), into ${XDG_CACHE_HOME:-$HOME/.cache}/olstream/helm-HELM_VERSION/helm.
-# Exit 3 (and one line on stderr) when it cannot: no Go, or the build failed.
+# Exit 3 (and one line on stderr) when it cannot: no Go; exit 1 when the build failed.
 # Used by `make test` (target `tools`) and by tests/integration/deploy/test_helm_chart.py.
 set -euo pipefail
 
@@ -28,7 +28,7 @@ lock="$dir/.build.lock"
     # -mod=mod: helm's module is built outside a module of ours; GOFLAGS from the caller may say otherwise
     if ! GOFLAGS=-mod=mod GOBIN="$dir" nice -n 10 go install "helm.sh/helm/v3/cmd/helm@$version" >&2; then
       echo "helm $version: go install failed (is the Go module proxy reachable?)" >&2
-      exit 3
+      exit 1
     fi
   fi
 ) 9>"$lock"

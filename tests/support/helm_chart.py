@@ -21,7 +21,7 @@ VALUES = sorted(VALUES_DIR.glob("*-values.yaml"))
 HELM_SCRIPT = REPO / "infra" / "tools" / "helm.sh"
 KUBE_VERSION = "1.32.0"  # the Kubernetes API the objects are validated against (kubernetes-validate)
 RELEASE = "lineage"
-CANNOT_BUILD = 3  # infra/tools/helm.sh: not cached, and no Go (or the build failed)
+CANNOT_BUILD = 3  # infra/tools/helm.sh: not cached, and no Go (a failed build is a failure)
 
 _helm: Path | None = None
 
