@@ -10,9 +10,15 @@ from confluent_kafka import Consumer, Producer
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import make_transport
+from olstream.contract import topics
 from olstream.shared import kafka_clients
 from olstream.shared.errors import ExitCode, InfrastructureError, KafkaAuthError
-from olstream.shared.kafka_admin import check_connection, ensure_topic, topic_partitions
+from olstream.shared.kafka_admin import (
+    check_connection,
+    ensure_topic,
+    topic_max_message_bytes,
+    topic_partitions,
+)
 from olstream.shared.kafka_clients import producer_config
 from olstream.shared.metrics import serve_metrics
 
@@ -55,8 +61,19 @@ async def run_sink(settings: SinkSettings) -> int:
     dlq = None
     if not settings.dry_run:
         partitions = topic_partitions(settings.connection, settings.topic) or 1
-        ensure_topic(settings.connection, settings.dlq_topic, partitions, replication=settings.replication)
-        dlq = Producer(producer_config(settings.connection, {"linger.ms": 5}))
+        # a dead letter is any event of the topic plus the dead-letter headers: the DLQ this creates
+        # and its producer accept what the topic accepts (an existing DLQ keeps its own settings)
+        largest = topic_max_message_bytes(settings.connection, settings.topic) or topics.MAX_MESSAGE_BYTES
+        ensure_topic(
+            settings.connection,
+            settings.dlq_topic,
+            partitions,
+            topics.size_config(largest),
+            replication=settings.replication,
+        )
+        dlq = Producer(
+            producer_config(settings.connection, {"linger.ms": 5, **topics.producer_size_config(largest)})
+        )
     consumer = Consumer(consumer_config(settings))
     sink = Sink(settings, make_transport(settings), consumer, dlq)
     return await sink.run()

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 
+from olstream.contract import topics
 from olstream.shared import deadletter
 from tests.support.receiver import Receiver, Reply, Request
-from tests.support.sink_events import make_events, produce, run_order
+from tests.support.sink_events import LineageRecord, make_events, produce, run_order
 from tests.support.sink_harness import assert_all_delivered_in_order, run_sink, start_sink, terminate
 
 pytestmark = pytest.mark.integration
@@ -126,3 +127,32 @@ def test_two_receivers_each_with_its_own_sink_group_and_dlq_are_isolated(
         for r in (a, b):
             assert_all_delivered_in_order(before + during, r.accepted)
             assert run_order(arrivals(r.accepted)).out_of_order == 0
+
+
+def test_a_rejected_event_as_large_as_the_topic_accepts_is_dead_lettered(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_topic: str, unique_group: str, tmp_path: Path
+) -> None:
+    """An event above librdkafka's and the broker's default message sizes (1,000,000 and 1,048,588
+    bytes), on a topic sized as the worker sizes its output: the DLQ the sink creates takes it too."""
+    topic = make_topic(partitions=1, config=topics.size_config(topics.MAX_MESSAGE_BYTES))
+    small = make_events(runs=3, events_per_run=2, jobs=1)
+    doc = json.loads(small[0].value)
+    doc["run"]["facets"]["padding"] = {"text": "x" * 1_080_000}
+    large = LineageRecord(small[0].key, json.dumps(doc).encode())
+    events = [large, *small[1:]]
+    sized = topics.producer_size_config(topics.MAX_MESSAGE_BYTES)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, **sized})
+    for e in events:
+        producer.produce(topic, e.value, e.key)
+    assert producer.flush(60) == 0
+    with Receiver() as receiver:
+        receiver.respond_with(lambda req, n: Reply(400, b"no") if req.body == large.value else Reply(201))
+        rc = run_sink(
+            kafka_bootstrap, topic, unique_group, "--url", receiver.url, "--dlq-topic", unique_topic,
+            log_path=tmp_path / "sink.log",
+        )  # fmt: skip
+        assert rc == 0, (tmp_path / "sink.log").read_text()[-3000:]
+        assert_all_delivered_in_order(small[1:], receiver.accepted)
+    [(value, headers)] = read_dlq(kafka_bootstrap, unique_topic, expect=1)
+    assert value == large.value and len(value) > 1_048_588
+    assert headers[deadletter.ERROR] == deadletter.REJECTED.encode()
