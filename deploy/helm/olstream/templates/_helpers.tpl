@@ -301,6 +301,8 @@ the KafkaTopics, and the topic ACLs name the same ones. */}}
 {{- $headroom := 65536 -}}
 {{- $recordBytes := add (int ($src.max_record_bytes | default 1048576)) $headroom | toString -}}
 {{- $eventBytes := add (int ($wrk.max_event_bytes | default 1048576)) $headroom | toString -}}
+{{- /* a sink's DLQ takes any event of its topic plus the dead-letter headers (connectors/sink/run.py) */ -}}
+{{- $deadLetterBytes := add (int $eventBytes) $headroom | toString -}}
 {{- $out := list -}}
 {{- $srcReplicas := int ($src.replication_factor | default .Values.strimzi.topics.replicas) -}}
 {{- $wrkReplicas := int ($wrk.replication_factor | default .Values.strimzi.topics.replicas) -}}
@@ -330,7 +332,7 @@ the KafkaTopics, and the topic ACLs name the same ones. */}}
 {{- $out = append $out (dict "topic" (include "olstream.outputTopic" .) "partitions" $outputPartitions "replicas" $wrkReplicas "config" (dict "max.message.bytes" $eventBytes "min.insync.replicas" $wrkIsr)) -}}
 {{- $out = append $out (dict "topic" (include "olstream.workerErrorsTopic" .) "partitions" 1 "replicas" $wrkReplicas "config" (dict "max.message.bytes" $eventBytes "min.insync.replicas" $wrkIsr)) -}}
 {{- range $name, $r := .Values.sink.receivers -}}
-{{- $out = append $out (dict "topic" (printf "%s.%s" (include "olstream.dlqTopic" $) $name) "partitions" $outputPartitions "replicas" $snkReplicas "config" (dict "max.message.bytes" $eventBytes "min.insync.replicas" $snkIsr)) -}}
+{{- $out = append $out (dict "topic" (printf "%s.%s" (include "olstream.dlqTopic" $) $name) "partitions" $outputPartitions "replicas" $snkReplicas "config" (dict "max.message.bytes" $deadLetterBytes "min.insync.replicas" $snkIsr)) -}}
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
