@@ -15,35 +15,19 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from olstream.shared.errors import ConfigError, InfrastructureError
-from olstream.shared.kafka_admin import not_ready
+from olstream.shared.errors import ConfigError
+from olstream.shared.kafka_admin import retrying
 
 log = logging.getLogger(__name__)
 
 METADATA_VERSION = 1
 METADATA_KEY = "olstream.replay"
-RETRY_PAUSE = 0.5  # s between attempts of a look-up the broker may answer a moment later
-# answers that pass a moment later: a look-up timing out, and the group coordinator moving or not
-# loaded yet (the first group commit on a new broker answers NOT_COORDINATOR, not marked retriable)
-_RETRIED = {
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-    KafkaError._WAIT_COORD,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-}
-
-T = TypeVar("T")
 
 
 def format_ms(ms: int | None) -> str:
@@ -123,22 +107,6 @@ def decode_metadata(text: str | None) -> tuple[TimeRange, int] | None:
     if not isinstance(end, int) or isinstance(end, bool) or end < 0:
         return None
     return TimeRange(since, until), end
-
-
-def retrying(call: Callable[[], T], what: str, timeout: float) -> T:
-    """`call()`, asked again while Kafka answers with a retriable error (a leader not elected yet,
-    a look-up timing out right after a topic was created), for up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except KafkaException as e:
-            error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-            worth = error is not None and (not_ready(error) or error.code() in _RETRIED)
-            if not worth or time.monotonic() >= deadline:
-                raise InfrastructureError(f"{what}: {error.str() if error else e}") from e
-            log.debug("%s: %s; asking again", what, error.str() if error else e)
-        time.sleep(RETRY_PAUSE)
 
 
 def _checked(found: list[TopicPartition]) -> list[TopicPartition]:

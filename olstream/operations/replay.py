@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from olstream.connectors.sink.bounded import BoundedSink, ReplayProgress, Selection, event_type_of
-from olstream.connectors.sink.bounds import ReplayBounds, plan_bounds, retrying
+from olstream.connectors.sink.bounds import ReplayBounds, plan_bounds
 from olstream.connectors.sink.run import consumer_config
 from olstream.connectors.sink.transports import make_transport
 from olstream.operations.replay_settings import ReplaySettings
 from olstream.shared.errors import ConfigError, InfrastructureError
-from olstream.shared.kafka_admin import check_connection, ensure_topic, topic_partitions
+from olstream.shared.kafka_admin import check_connection, ensure_topic, retrying, topic_partitions
 from olstream.shared.kafka_clients import producer_config
 
 log = logging.getLogger(__name__)

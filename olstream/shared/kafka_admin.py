@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -24,6 +25,7 @@ from olstream.shared.kafka_clients import Kafka, as_connection, client_config
 from olstream.shared.kafka_settings import Replication
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _quiet = logging.getLogger(__name__ + ".librdkafka")  # connection chatter of short-lived admin clients
 _quiet.setLevel(logging.CRITICAL)
 
@@ -96,6 +98,36 @@ _NOT_READY = {
 def not_ready(error: KafkaError) -> bool:
     """Whether a partition's error passes once its leader is elected (or the client says it retries)."""
     return bool(error.retriable()) or error.code() in _NOT_READY
+
+
+RETRY_PAUSE = 0.5  # s between attempts of a look-up the broker may answer a moment later
+# answers that pass a moment later: a look-up timing out, and the group coordinator moving or not
+# loaded yet (the first group commit on a new broker answers NOT_COORDINATOR, not marked retriable)
+_RETRIED = {
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def retrying(call: Callable[[], T], what: str, timeout: float) -> T:
+    """`call()`, asked again while Kafka answers with a retriable error (a leader not elected yet,
+    a look-up timing out right after a topic was created), for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            worth = error is not None and (not_ready(error) or error.code() in _RETRIED)
+            if not worth or time.monotonic() >= deadline:
+                raise InfrastructureError(f"{what}: {error.str() if error else e}") from e
+            log.debug("%s: %s; asking again", what, error.str() if error else e)
+        time.sleep(RETRY_PAUSE)
 
 
 def ensure_topic(

@@ -20,10 +20,12 @@ import logging
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from olstream.shared.errors import InfrastructureError
+from olstream.shared.kafka_admin import retrying
 from olstream.shared.kafka_clients import Kafka, consumer_config
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,7 @@ NEXT_CHANGELOG_OFFSET = b"\x00olstream.next-changelog-offset"
 
 RESTORE_BATCH = 5000  # changelog messages applied per write batch during a restore
 RESTORE_TIMEOUT_SECONDS = 300.0  # a restore that reads nothing for this long fails
+WATERMARK_TIMEOUT_SECONDS = 60.0  # how long a changelog partition may be without a leader at a restore
 
 # Memory of each partition's database, bounded (RocksDB's defaults are 64 MiB write buffers and an
 # 8 MiB block cache): the live table is small (open runs, and finished ones until --retention),
@@ -156,7 +159,13 @@ class RunStore:
             ends: dict[int, int] = {}
             starts: list[TopicPartition] = []
             for p in partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.changelog, p), timeout=30)
+                tp = TopicPartition(self.changelog, p)
+                # a broker failing over answers NOT_LEADER_FOR_PARTITION until a new leader is elected
+                low, high = retrying(
+                    partial(consumer.get_watermark_offsets, tp, timeout=10),
+                    f"reading the end offsets of {self.changelog}[{p}]",
+                    WATERMARK_TIMEOUT_SECONDS,
+                )
                 start = self.stores[p].next_changelog_offset
                 if start > high:  # the changelog was recreated: this copy belongs to another one
                     log.warning(

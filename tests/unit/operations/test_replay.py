@@ -14,7 +14,6 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from olstream.cli.main import main as olstream_main
 from olstream.cli.replay import progress_bar
-from olstream.connectors.sink import bounds as bounds_module
 from olstream.connectors.sink.bounded import BoundedSink, Pace, ReplayProgress, Selection, event_type_of
 from olstream.connectors.sink.bounds import (
     PartitionRange,
@@ -23,7 +22,6 @@ from olstream.connectors.sink.bounds import (
     decode_metadata,
     encode_metadata,
     plan_bounds,
-    retrying,
 )
 from olstream.connectors.sink.delivery import DELIVERED, PendingEvent
 from olstream.connectors.sink.settings import SinkSettings, build_settings
@@ -31,7 +29,9 @@ from olstream.connectors.sink.transports import ConsoleTransport
 from olstream.contract import wire
 from olstream.operations.replay import by_type
 from olstream.operations.replay_settings import build_replay_settings, group_name, parse_moment, sink_flags
+from olstream.shared import kafka_admin
 from olstream.shared.errors import ConfigError, InfrastructureError
+from olstream.shared.kafka_admin import retrying
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -209,7 +209,7 @@ def test_a_range_is_resolved_with_offsets_for_times_within_each_partition() -> N
 def test_a_look_up_that_times_out_right_after_topic_creation_is_asked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(bounds_module, "RETRY_PAUSE", 0.0)
+    monkeypatch.setattr(kafka_admin, "RETRY_PAUSE", 0.0)
     broker = Broker({0: [10, 20]})
     broker.fail_times = 2
     assert plan(broker, TimeRange(15)).partitions == (PartitionRange(0, 1, 2),)
