@@ -20,6 +20,14 @@ rebalance that must follow (``olstream.streams.runtime.agent``; exit ``FENCED`` 
 An abortable error (a broker failing over, a send that failed) aborts the partition's
 transaction and sends its messages again in a new one, up to `ATTEMPTS` times; then, or on any
 other error, `DeliveryError` (exit ``SEND_FAILED``).
+
+**A call that never returns.** librdkafka's ``send_offsets_to_transaction`` can block past its
+timeout, for good, when the broker of the group's coordinator died (librdkafka issues 5456 and
+5511, open in 2.16): one run of ten of the broker-kill test hung so. It runs on a thread of its
+own, waited for `SEND_OFFSETS_TIMEOUT_SECONDS` plus a margin; a call still blocked by then leaves
+its producer behind (kept, never closed: a thread still waits in it) for a new one of the same
+transactional id, whose initialisation fences the old one and aborts its transaction, and the
+batch's messages are sent again in the new one (one of the `ATTEMPTS`).
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -41,7 +50,10 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # transactions of one partition's batch before the worker gives up (SEND_FAILED)
 TRANSACTION_TIMEOUT_MS = 30_000  # the broker aborts a transaction left open longer (a dead worker)
-CALL_TIMEOUT_SECONDS = 60.0  # init, send offsets, commit, abort
+CALL_TIMEOUT_SECONDS = 60.0  # init, commit, abort
+# sending a batch's input offset (8-10 ms when well); below the transaction timeout
+SEND_OFFSETS_TIMEOUT_SECONDS = 20.0
+STUCK_MARGIN_SECONDS = 5.0  # past its own timeout, a call is taken as never returning
 
 # topic, key, value, headers, partition, on_delivery: one produce of an open transaction
 Produced = tuple[str, bytes | None, bytes | None, Headers | None, int | None, Any]
@@ -54,6 +66,10 @@ if _PRODUCER_FENCED is not None:
 
 class ProducerFenced(DeliveryError):
     """Another worker initialised this input partition's transactional id: it owns the partition now."""
+
+
+class CallStuck(DeliveryError):
+    """A producer call still blocked well past its own timeout (librdkafka issues 5456, 5511)."""
 
 
 def transactional_id(app_id: str, input_topic: str, partition: int) -> str:
@@ -93,6 +109,7 @@ class PartitionTransactions:
         # each producer's first fatal error: later calls of a producer in a fatal state answer only
         # _FATAL ("Unable to produce message: Local: Fatal error")
         self.fatal: dict[int, KafkaError] = {}
+        self.stuck: list[Producer] = []  # replaced while a call of theirs still blocked: kept alive
 
     # ------------------------------------------------------------------ assignment
 
@@ -240,14 +257,23 @@ class PartitionTransactions:
                     self.produced[partition] = []
                 producer.flush(CALL_TIMEOUT_SECONDS)
                 if offset is not None:
-                    producer.send_offsets_to_transaction(
-                        [TopicPartition(self.input_topic, partition, offset)],
-                        self.group_metadata(),
-                        CALL_TIMEOUT_SECONDS,
-                    )
+                    self._send_offsets(producer, partition, offset)
                 producer.commit_transaction(CALL_TIMEOUT_SECONDS)
                 self.produced.pop(partition, None)
                 return
+            except CallStuck as e:
+                if attempt == ATTEMPTS:
+                    raise
+                log.warning(
+                    "input partition %d: %s; replacing its producer (which fences the stuck one and "
+                    "aborts its transaction) and sending its %d messages again (attempt %d of %d)",
+                    partition,
+                    e,
+                    len(self.produced.get(partition, ())),
+                    attempt + 1,
+                    ATTEMPTS,
+                )
+                producer = self._replace_stuck(partition, producer)
             except SystemError as e:  # a delivery callback ran while flush()'s exception was pending
                 if _kafka_error(e) is None:
                     raise
@@ -266,6 +292,45 @@ class PartitionTransactions:
                     ATTEMPTS,
                 )
                 self._abort_and_resend(partition, producer)
+
+    def _send_offsets(self, producer: Producer, partition: int, offset: int) -> None:
+        """`send_offsets_to_transaction`, on a thread of its own, waited for a bounded time."""
+        answer: Future[None] = Future()
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(self.input_topic, partition, offset)],
+                    self.group_metadata(),
+                    SEND_OFFSETS_TIMEOUT_SECONDS,
+                )
+            except Exception as e:  # handed to the waiting caller, which raises it
+                answer.set_exception(e)
+            else:
+                answer.set_result(None)
+
+        threading.Thread(target=call, name=f"olstream-send-offsets-{partition}", daemon=True).start()
+        try:
+            answer.result(SEND_OFFSETS_TIMEOUT_SECONDS + STUCK_MARGIN_SECONDS)
+        except FuturesTimeout:
+            raise CallStuck(
+                f"sending the offset of input partition {partition} to its transaction still blocks "
+                f"{SEND_OFFSETS_TIMEOUT_SECONDS + STUCK_MARGIN_SECONDS:.0f} s after the call"
+            ) from None
+
+    def _replace_stuck(self, partition: int, stuck: Producer) -> Producer:
+        """A new, initialised producer for `partition` in place of `stuck` (which it fences, its
+        transaction aborted), with the partition's messages sent again in a new transaction."""
+        self.stuck.append(stuck)  # never closed or dropped: a thread still waits in one of its calls
+        self.fatal.pop(partition, None)  # the stuck producer's, if any
+        producer = self.producers[partition] = self._new_producer(partition)
+        try:
+            producer.begin_transaction()
+        except KafkaException as e:
+            self._raise(partition, "begin a transaction", e)
+        for item in self.produced.get(partition, ()):
+            produce(producer, *item)
+        return producer
 
     def _abort_and_resend(self, partition: int, producer: Producer) -> None:
         try:

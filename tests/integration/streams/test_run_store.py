@@ -5,6 +5,7 @@ new producer fences the old one, whose open transaction is aborted and never rea
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from olstream.shared.kafka_admin import ensure_topic
+from olstream.streams.runtime import transactions
 from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
 
@@ -154,3 +156,49 @@ def test_a_new_owner_fences_the_old_one_whose_open_transaction_never_becomes_vis
     assert committed == 2
     old.close()
     new.close()
+
+
+class _StuckOnce(Producer):
+    """A producer whose first `send_offsets_to_transaction` blocks until released, as librdkafka's can
+    for good when the group coordinator's broker died (librdkafka issues 5456, 5511)."""
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        _StuckOnce.calls.append("send_offsets")
+        if len(_StuckOnce.calls) == 1:
+            _StuckOnce.release.wait(60)
+        super().send_offsets_to_transaction(*args, **kwargs)
+
+
+def test_a_commit_whose_offsets_call_never_returns_goes_on_with_a_new_producer(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stuck producer's transaction is aborted by its replacement, which sends the batch again
+    and commits it with the offset: a read_committed reader sees each message once."""
+    monkeypatch.setattr(transactions, "Producer", _StuckOnce)
+    monkeypatch.setattr(transactions, "SEND_OFFSETS_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(transactions, "STUCK_MARGIN_SECONDS", 1.0)
+    records, output, changelog = make_topic(partitions=1), make_topic(partitions=1), make_topic(partitions=1)
+    metadata = _GroupMetadata(kafka_bootstrap, unique_group)
+    txns = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
+    try:
+        txns.assign([0])
+        txns.select(0)
+        txns.send(output, b"k", b"event-1")
+        txns.send(output, b"k", b"event-2")
+        txns.send_changelog(changelog, 0, b"0:r", b"state")
+        started = time.monotonic()
+        next_changelog = txns.commit({0: 2})
+        assert time.monotonic() - started < 30
+        assert _StuckOnce.calls == ["send_offsets", "send_offsets"]
+        assert len(txns.stuck) == 1 and txns.producers[0] is not txns.stuck[0]
+        # the stuck producer's changelog write (offset 0, aborted) and its abort marker (1) come first
+        assert next_changelog == {0: 3}
+    finally:
+        _StuckOnce.release.set()
+        txns.close()
+    assert _read_committed(kafka_bootstrap, output) == [b"event-1", b"event-2"]
+    committed = metadata.consumer.committed([TopicPartition(records, 0)], timeout=10)[0].offset
+    assert committed == 2
