@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
+from functools import partial
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -54,6 +55,7 @@ CALL_TIMEOUT_SECONDS = 60.0  # init, commit, abort
 # sending a batch's input offset (8-10 ms when well); below the transaction timeout
 SEND_OFFSETS_TIMEOUT_SECONDS = 20.0
 STUCK_MARGIN_SECONDS = 5.0  # past its own timeout, a call is taken as never returning
+RETRY_PAUSE_SECONDS = 0.5  # between calls of a transaction step that librdkafka says may be retried
 
 # topic, key, value, headers, partition, on_delivery: one produce of an open transaction
 Produced = tuple[str, bytes | None, bytes | None, Headers | None, int | None, Any]
@@ -257,8 +259,14 @@ class PartitionTransactions:
                     self.produced[partition] = []
                 producer.flush(CALL_TIMEOUT_SECONDS)
                 if offset is not None:
-                    self._send_offsets(producer, partition, offset)
-                producer.commit_transaction(CALL_TIMEOUT_SECONDS)
+                    self._retrying(
+                        partition, "send its offset", partial(self._send_offsets, producer, partition, offset)
+                    )
+                self._retrying(
+                    partition,
+                    "commit its transaction",
+                    partial(producer.commit_transaction, CALL_TIMEOUT_SECONDS),
+                )
                 self.produced.pop(partition, None)
                 return
             except CallStuck as e:
@@ -292,6 +300,23 @@ class PartitionTransactions:
                     ATTEMPTS,
                 )
                 self._abort_and_resend(partition, producer)
+
+    def _retrying(self, partition: int, what: str, call: Callable[[], None]) -> None:
+        """`call()`, made again while librdkafka answers that it may be (a broker away: a transport
+        failure, a coordinator moving), for up to `CALL_TIMEOUT_SECONDS`; any other error is raised."""
+        deadline = time.monotonic() + CALL_TIMEOUT_SECONDS
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as e:
+                error = _kafka_error(e)
+                if error is None or not error.retriable() or error.txn_requires_abort() or error.fatal():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("input partition %d: cannot %s yet (%s); asking again", partition, what, error)
+            time.sleep(RETRY_PAUSE_SECONDS)
 
     def _send_offsets(self, producer: Producer, partition: int, offset: int) -> None:
         """`send_offsets_to_transaction`, on a thread of its own, waited for a bounded time."""
