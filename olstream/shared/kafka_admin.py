@@ -90,6 +90,7 @@ def check_connection(kafka: Kafka, timeout: float = 30.0) -> int:
 _NOT_READY = {
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader whose high watermark has not caught up yet
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,
 }
