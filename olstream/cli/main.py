@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from olstream.shared.errors import ConfigError, ExitCode
-from olstream.shared.extras import extra_of_missing
+from olstream.shared.extras import extra_of_missing, install_hint
 from olstream.shared.logs import redact
 
 # Each module defines `register(subparsers) -> None`, adding its subcommand(s) with
@@ -61,13 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.CONFIG
     except ModuleNotFoundError as e:
         # a module of an extra the command imports directly: the same one line as a MissingExtraError
-        extra = extra_of_missing(e)
-        if extra is None:
+        if extra_of_missing(e) is None:
             raise
-        sys.stderr.write(
-            f"olstream {command_name(args)}: needs the Python package {e.name} of the extra `{extra}`, "
-            f"not installed: pip install 'olstream[{extra}]'\n"
-        )
+        sys.stderr.write(f"olstream {command_name(args)}: {install_hint(str(e.name))}\n")
         return ExitCode.CONFIG
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

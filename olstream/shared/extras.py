@@ -18,12 +18,17 @@ EXTRA_OF: dict[str, str] = {
 """A module (its top-level name) that only an extra installs -> the extra."""
 
 
-def missing_extra_message(module: str, purpose: str) -> str:
-    package = module.partition(".")[0]
+def install_hint(package: str) -> str:
+    """What a missing package of an extra needs: "needs the Python package ... pip install ..."."""
+    extra = EXTRA_OF[package]
     return (
-        f"{purpose} needs the Python package {package} of the extra `{EXTRA_OF[package]}`, "
-        f"not installed: pip install 'olstream[{EXTRA_OF[package]}]'"
+        f"needs the Python package {package} of the extra `{extra}`, not installed: "
+        f"pip install 'olstream[{extra}]'"
     )
+
+
+def missing_extra_message(module: str, purpose: str) -> str:
+    return f"{purpose} {install_hint(module.partition('.')[0])}"
 
 
 def require(module: str, purpose: str) -> ModuleType:
