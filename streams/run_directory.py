@@ -30,7 +30,7 @@ its own log partition only, among the starts before it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
@@ -86,9 +86,21 @@ class Position:
     body: bytes | None = None  # a RunStarted's bytes; None for every other record
     heads: bytes | None = None  # its `wire.HEADER_HEADS`
     engine_run_id: str | None = None  # the RunStarted's (`start_position`); None if it does not decode
+    at: tuple[int, int] | None = None  # the message's records-topic partition and offset
 
 
-def start_position(partition: int, offset: int, body: bytes, heads: bytes | None) -> Position:
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a directory has read: what it needs to go on reading after a restart."""
+
+    read_to: Mapping[int, int]  # records-topic partition -> the next offset to read
+    seen: Mapping[int, int]  # log partition -> the highest offset read (`RunDirectory.seen`)
+    entries: int  # starts held
+
+
+def start_position(
+    partition: int, offset: int, body: bytes, heads: bytes | None, at: tuple[int, int] | None = None
+) -> Position:
     """A RunStarted message as the directory keeps it, with its engine run id.
 
     Bodies in the current writer schema are not decoded: their engine run id is the fourth field,
@@ -104,7 +116,7 @@ def start_position(partition: int, offset: int, body: bytes, heads: bytes | None
         if not isinstance(record, RunStarted):
             return Position(partition, offset)
         rid = record.engine_run_id
-    return Position(partition, offset, body, heads, rid)
+    return Position(partition, offset, body, heads, rid, at)
 
 
 @cache
@@ -146,14 +158,24 @@ Resolver = Callable[[RunStarted, st.Lookup], st.RunState | None]
 
 class RunStarts(Protocol):
     """Where the directory keeps the starts: in memory (`MemoryRunStarts`), or on disk
-    (``olstream.streams.runtime.disk_run_starts``) so that a worker's memory does not grow with them."""
+    (``olstream.streams.runtime.disk_run_starts``) so that a worker's memory does not grow with them
+    and a restart reads only the records topic's tail."""
 
-    def put(self, engine_run_id: str, entry: DirectoryEntry) -> bool:
-        """Keep `entry`; False when a start at its position was kept before (a re-read)."""
+    def put(self, engine_run_id: str, entry: DirectoryEntry, at: tuple[int, int] | None = None) -> bool:
+        """Keep `entry` (at records-topic partition and offset `at`); False when a start at its
+        position was kept before (a re-read)."""
         ...
 
     def get(self, engine_run_id: str) -> list[DirectoryEntry]:
         """Every start kept for `engine_run_id`, in no particular order."""
+        ...
+
+    def keep(self, progress: Progress) -> None:
+        """Keep how far the directory has read, after the starts it covers."""
+        ...
+
+    def evict_below(self, lows: Mapping[int, int]) -> int:
+        """Forget the starts below these records-topic offsets; how many were forgotten."""
         ...
 
 
@@ -163,7 +185,7 @@ class MemoryRunStarts:
     def __init__(self) -> None:
         self._starts: dict[str, DirectoryEntry | list[DirectoryEntry]] = {}
 
-    def put(self, engine_run_id: str, entry: DirectoryEntry) -> bool:
+    def put(self, engine_run_id: str, entry: DirectoryEntry, at: tuple[int, int] | None = None) -> bool:
         starts = self._starts
         known = starts.get(engine_run_id)
         if known is None:
@@ -181,21 +203,34 @@ class MemoryRunStarts:
             return []
         return list(known) if isinstance(known, list) else [known]
 
+    def keep(self, progress: Progress) -> None:
+        """Nothing outlives the process."""
+
+    def evict_below(self, lows: Mapping[int, int]) -> int:
+        """Nothing is evicted: the starts live as long as the process (tests, benches)."""
+        return 0
+
 
 class RunDirectory:
     """Every run start read so far, by engine run id, and how far each log partition was read."""
 
     def __init__(
-        self, retention_ms: int = DEFAULT_PARENT_RETENTION_MS, starts: RunStarts | None = None
+        self,
+        retention_ms: int = DEFAULT_PARENT_RETENTION_MS,
+        starts: RunStarts | None = None,
+        kept: Progress | None = None,
     ) -> None:
+        """`kept`: what `starts` held already (a directory kept across a restart)."""
         self.retention_ms = retention_ms
-        self.seen: dict[int, int] = {}  # log partition -> highest offset read
+        self.seen: dict[int, int] = {} if kept is None else dict(kept.seen)  # log partition -> offset
+        self.read_to: dict[int, int] = {} if kept is None else dict(kept.read_to)
         self._starts: RunStarts = MemoryRunStarts() if starts is None else starts
         self._resolved: OrderedDict[tuple[int, int], st.RunState | None] = OrderedDict()
-        self.entries = 0
+        self.entries = 0 if kept is None else kept.entries
 
-    def add(self, positions: Iterable[Position]) -> None:
-        """Register what was read, in the records topic's order (per log partition: the log's order)."""
+    def add(self, positions: Iterable[Position], read_to: Mapping[int, int] | None = None) -> None:
+        """Register what was read, in the records topic's order (per log partition: the log's order),
+        and then, when given, how far each records-topic partition was read (the next offsets)."""
         seen = self.seen
         put = self._starts.put
         for pos in positions:
@@ -204,8 +239,20 @@ class RunDirectory:
             rid = pos.engine_run_id
             if pos.body is None or rid is None:
                 continue
-            if put(rid, DirectoryEntry(pos.partition, pos.offset, pos.body, pos.heads)):
+            if put(rid, DirectoryEntry(pos.partition, pos.offset, pos.body, pos.heads), pos.at):
                 self.entries += 1
+        if read_to:
+            self.read_to.update(read_to)
+            self._starts.keep(Progress(dict(self.read_to), dict(seen), self.entries))
+
+    def evict_below(self, lows: Mapping[int, int]) -> int:
+        """Forget the starts at records-topic offsets below `lows` (thread-safe: no count changes;
+        `forget` counts them, on the event loop)."""
+        return self._starts.evict_below(lows)
+
+    def forget(self, count: int) -> None:
+        """`count` starts were evicted (`evict_below`)."""
+        self.entries -= count
 
     def covers(self, heads: Heads) -> bool:
         """True once every log partition has been read up to its head in `heads`."""

@@ -249,6 +249,26 @@ def topic_partitions(kafka: Kafka, name: str, timeout: float = 10.0) -> int | No
     return len(t.partitions)
 
 
+def topic_identity(kafka: Kafka, name: str, timeout: float = 10.0) -> str:
+    """``{cluster id}/{topic id}``: what tells a topic from one deleted and recreated under its name,
+    or from its copy on another cluster."""
+    from confluent_kafka import TopicCollection
+
+    admin = admin_client(kafka)
+
+    def ask() -> str:
+        cluster = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout)
+        described = admin.describe_topics(TopicCollection([name]), request_timeout=timeout)[name]
+        return f"{cluster.cluster_id}/{described.result(timeout=timeout).topic_id}"
+
+    return retrying(ask, f"reading the ids of topic {name} and its cluster", 6 * timeout)
+
+
+def topic_retention_ms(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
+    """The topic's effective `retention.ms` (-1: kept forever); None if unknown."""
+    return _config_value(admin_client(kafka), name, "retention.ms", timeout)
+
+
 def topic_max_message_bytes(kafka: Kafka, name: str, timeout: float = 10.0) -> int | None:
     """The topic's effective `max.message.bytes` (its own or the broker's default); None if unknown."""
     return _config_value(admin_client(kafka), name, "max.message.bytes", timeout)

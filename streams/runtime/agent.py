@@ -29,7 +29,6 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -42,8 +41,7 @@ from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
-from olstream.streams.runtime.directory_reader import DirectoryReader
-from olstream.streams.runtime.disk_run_starts import DiskRunStarts
+from olstream.streams.runtime.directory_reader import DirectoryReader, kept_directory
 from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
 from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
 from olstream.streams.runtime.record_step import RecordStep, WaitedChild
@@ -97,8 +95,7 @@ class StreamWorker:
         outputs: EventSends = sender if self.transactions is None else self.transactions
         self.store = RunStore(settings.connection, settings.data_dir, changelog, settings.app_id)
         self.table = RunTable(settings, self.store, self.owned_input_tps)
-        starts = DiskRunStarts(Path(settings.data_dir) / "run-directory")
-        self.directory = RunDirectory(settings.parent_retention_ms, starts)
+        self.starts, self.directory = kept_directory(settings, sa.partitions)  # a restart reads the tail
         self.reader = DirectoryReader(
             settings.connection, settings.app_id, settings.input_topic, sa.partitions, self.directory
         )

@@ -72,12 +72,15 @@ def heads_of(rows: Iterable[StoredRow]) -> bytes:
     return wire.encode_heads(heads)
 
 
-def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
+def produce_rows(
+    bootstrap: str, topic: str, rows: Iterable[StoredRow], heads: dict[int, int] | None = None
+) -> int:
     """Publish rows as the source connector does: key = log partition, Kafka partition = the topic's
     recorded placement of it (recorded now if none is: docs/contract.md), value = the stored bytes,
-    and on every RunStarted the heads of the log these rows make up (every row was there when read)."""
+    and on every RunStarted the heads of the log these rows make up (every row was there when read),
+    or `heads` when given (rows appended to a log published before)."""
     rows = list(rows)
-    heads = heads_of(rows)
+    encoded_heads = heads_of(rows) if heads is None else wire.encode_heads(heads)
     placement = placement_of(bootstrap, topic)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     n = 0
@@ -89,7 +92,7 @@ def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
                     row.payload,
                     str(row.partition).encode(),
                     placement.kafka_partition(row.partition),
-                    headers=headers_for(row.partition, row.offset, row.payload, heads),
+                    headers=headers_for(row.partition, row.offset, row.payload, encoded_heads),
                 )
                 break
             except BufferError:
@@ -99,9 +102,11 @@ def produce_rows(bootstrap: str, topic: str, rows: Iterable[StoredRow]) -> int:
     return n
 
 
-def produce_records(bootstrap: str, topic: str, records: Sequence[Record]) -> int:
+def produce_records(
+    bootstrap: str, topic: str, records: Sequence[Record], heads: dict[int, int] | None = None
+) -> int:
     return produce_rows(
-        bootstrap, topic, (StoredRow(r.partition, r.offset, codec.encode(r)) for r in records)
+        bootstrap, topic, (StoredRow(r.partition, r.offset, codec.encode(r)) for r in records), heads
     )
 
 

@@ -31,7 +31,7 @@ from olstream.shared.errors import DeliveryError, ExitCode
 from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
-from olstream.streams.run_directory import MemoryRunStarts
+from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
 from olstream.streams.runtime import agent, exits, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
@@ -379,7 +379,11 @@ class Rig:
         monkeypatch.setattr(agent, "ChangelogWriter", lambda *_args, **_kw: self.changelog)
         monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
-        monkeypatch.setattr(agent, "DiskRunStarts", lambda _path: MemoryRunStarts())
+        monkeypatch.setattr(
+            agent,
+            "kept_directory",
+            lambda settings, _partitions: (None, RunDirectory(starts=MemoryRunStarts())),
+        )
         monkeypatch.setattr(agent, "RunStore", lambda *_args, **_kw: self.table)
         self.transactions = FakeTransactions(self.trace, self.table)
         monkeypatch.setattr(agent, "PartitionTransactions", lambda *_args, **_kw: self.transactions)
