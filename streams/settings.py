@@ -129,6 +129,15 @@ WORKER_SETTINGS = (
     ),
     Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
     Setting(
+        "standby_states",
+        "off",
+        "on: keep a warm copy of the run states of every input partition another replica owns (each "
+        "replica reads every changelog write and holds the whole table on disk), so a partition moved "
+        "here restores only the changelog's tail; off: a partition new to this replica restores its "
+        "whole changelog partition (docs/worker.md#scaling-and-failure)",
+        choices=ON_OFF,
+    ),
+    Setting(
         "metadata_refresh",
         30.0,
         "seconds between reads of the cluster's metadata (how soon an input that gained partitions "
@@ -175,6 +184,7 @@ class WorkerSettings:
     metrics_port: int = _D["metrics_port"]
     metrics_host: str = _D["metrics_host"]
     session_timeout: float = _D["session_timeout"]
+    standby_states: bool = _D["standby_states"] == "on"
     metadata_refresh: float = _D["metadata_refresh"]
     max_event_bytes: int = _D["max_event_bytes"]
     stop_timeout: float = _D["stop_timeout"]
@@ -229,6 +239,7 @@ def resolve_worker_settings(
         metrics_host=r["metrics_host"],
         batch_within=r["batch_seconds"],
         session_timeout=r["session_timeout"],
+        standby_states=r["standby_states"] == "on",
         metadata_refresh=r["metadata_refresh"],
         max_event_bytes=r["max_event_bytes"],
         stop_timeout=r["stop_timeout"],

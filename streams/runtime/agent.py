@@ -36,7 +36,6 @@ from confluent_kafka import KafkaException
 from olstream.contract import topics, wire
 from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_tracker import InputTracker
-from olstream.streams.run_directory import RunDirectory
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.changelog import ChangelogWriter
@@ -49,6 +48,7 @@ from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import EventSends, Sender
+from olstream.streams.runtime.standby import standby_states
 from olstream.streams.runtime.topology import changelog_topic, check_assignment
 from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
 from olstream.streams.runtime.turn_lock import TurnLock
@@ -346,6 +346,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
     input_offsets = m.InputOffsets(sa.settings.connection, sa.settings.app_id, sa.settings.input_topic)
     sender = Sender(sa.settings.connection, topics.producer_size_config(sa.settings.max_event_bytes))
     worker = StreamWorker(sa, sender, input_offsets)
+    worker.store.standby = standby_states(sa.settings, worker.changelog.topic, sa.partitions)
     app = sa.app
     faust_private.keep_no_read_offsets(app.consumer, sa.settings.input_topic)
     batch_size = sa.settings.batch_size

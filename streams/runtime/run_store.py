@@ -11,7 +11,9 @@ reads the changelog uncommitted unless faust's own exactly-once mode is on.
 Each database keeps, in the same atomic write batch as the states, the next changelog offset it has
 not applied (`NEXT_CHANGELOG_OFFSET`), so a restart or a partition that comes back restores only the
 changelog's tail. A database whose offset lies past its changelog partition's end (the changelog was
-deleted and recreated) is wiped and restored from the beginning.
+deleted and recreated) is wiped and restored from the beginning. With ``--standby-states on`` the
+databases of the partitions the worker does not own are kept warm by its standby
+(``olstream.streams.runtime.standby``), which hands one over before `assign` opens it.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_admin import retrying
@@ -101,16 +103,40 @@ class PartitionStore:
         self._db.close()
 
 
+class Standby(Protocol):
+    """Copies of the partitions the worker does not own (``olstream.streams.runtime.standby``)."""
+
+    def release(self, partitions: Collection[int]) -> None: ...
+    def follow_others(self, owned: Collection[int]) -> None: ...
+    def close(self) -> None: ...
+
+
+class NoStandby:
+    """``--standby-states off``: no copies; a partition new to the worker restores its whole changelog."""
+
+    def release(self, partitions: Collection[int]) -> None:
+        pass
+
+    def follow_others(self, owned: Collection[int]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class RunStore:
     """The run-state table: a `PartitionStore` per assigned input partition under
     ``{data_dir}/run-states/{changelog topic}/``, restored from the changelog when assigned."""
 
-    def __init__(self, kafka: Kafka, data_dir: str, changelog: str, group: str) -> None:
+    def __init__(
+        self, kafka: Kafka, data_dir: str, changelog: str, group: str, standby: Standby | None = None
+    ) -> None:
         self.kafka = kafka
         self.changelog = changelog
         self.root = Path(data_dir) / "run-states" / changelog
         self.group = group
         self.stores: dict[int, PartitionStore] = {}
+        self.standby: Standby = standby or NoStandby()  # keeps the stores of the other partitions
 
     # ------------------------------------------------------------------ reads and writes
 
@@ -130,14 +156,19 @@ class RunStore:
 
     def assign(self, partitions: Iterable[int]) -> None:
         """Open the stores of `partitions` and bring each up to its changelog partition's committed end
-        (blocking: run it off the event loop); close the stores of partitions no longer assigned."""
+        (blocking: run it off the event loop); close the stores of partitions no longer assigned.
+
+        The standby hands its copies of `partitions` over first (closed, nothing of it writes them any
+        more), and takes the others after the restore, the ones closed here included."""
         wanted = set(partitions)
+        self.standby.release(wanted)
         for gone in sorted(set(self.stores) - wanted):
             self.stores.pop(gone).close()
         for partition in sorted(wanted - set(self.stores)):
             self.stores[partition] = PartitionStore(self.root / str(partition))
         if wanted:
             self._restore(sorted(wanted))
+        self.standby.follow_others(wanted)
 
     def close(self) -> None:
         for store in self.stores.values():
