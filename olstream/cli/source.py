@@ -16,7 +16,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from olstream.connectors.source.settings import SOURCE_SETTINGS, SourceSettings, resolve_source_settings
+from olstream.connectors.source.settings import SOURCE_SETTINGS, resolve_source_settings
 from olstream.shared.config import add_flags, add_print_config, print_config
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
 from olstream.shared.logs import setup_logging
@@ -26,24 +26,12 @@ from olstream.shared.stopping import install_stop_deadline
 log = logging.getLogger(__name__)
 
 
-def settings_from_args(args: argparse.Namespace) -> SourceSettings:
-    """The command's one settings value: flags, then OLSTREAM_* variables, then the file, then defaults."""
-    return resolve_source_settings(vars(args), os.environ)[0]
-
-
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add `olstream source`."""
     p = subparsers.add_parser("source", help="publish the event log to Kafka (resumable, keyed by partition)")
     add_flags(p, SOURCE_SETTINGS)
     add_print_config(p)
     p.set_defaults(func=main)
-
-
-def build_parser_for_tests() -> argparse.ArgumentParser:
-    """A parser holding only this subcommand (for unit tests of the flags)."""
-    parser = argparse.ArgumentParser(prog="olstream")
-    register(parser.add_subparsers(dest="command"))
-    return parser
 
 
 def main(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from olstream.shared.config import add_flags, add_print_config, print_config
 from olstream.shared.errors import ExitCode, InfrastructureError, KafkaAuthError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
-from olstream.streams.settings import WORKER_SETTINGS, WorkerSettings, resolve_worker_settings
+from olstream.streams.settings import WORKER_SETTINGS, resolve_worker_settings
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +25,6 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     add_flags(p, WORKER_SETTINGS)
     add_print_config(p)
     p.set_defaults(func=main)
-
-
-def build_settings(args: argparse.Namespace) -> WorkerSettings:
-    """The command's one settings value: flags, then OLSTREAM_* variables, then the file, then defaults."""
-    return resolve_worker_settings(vars(args), os.environ)[0]
 
 
 def main(args: argparse.Namespace) -> int:

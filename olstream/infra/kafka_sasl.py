@@ -33,11 +33,6 @@ class BrokerSecurity:
         return self.tls_dir / "ca.pem"
 
     @property
-    def other_ca_pem(self) -> Path:
-        """A CA that signed nothing the brokers use (for "untrusted CA" checks)."""
-        return self.tls_dir / "other-ca.pem"
-
-    @property
     def keystore(self) -> Path:
         """The brokers' key and certificate chain (PKCS12, `keystore_password`)."""
         return self.tls_dir / "broker.p12"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from olstream.operations.explain_read import ScanCost
 from olstream.shared.logs import redact
@@ -174,8 +173,3 @@ def _dead_letter(d: DeadLetterView) -> str:
     status = f", HTTP {d.http_status}" if d.http_status else ""
     source = f", copy of {d.source}" if d.source else ""
     return f"{d.place} produced {d.place.time} ({d.reason}{status}{source})"
-
-
-def json_doc(report: ExplainReport) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(report.to_json())
-    return doc

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from olstream.cli.main import build_parser
-from olstream.cli.worker import build_settings
 from olstream.contract.records import Direction, RunRef, RunStatus
 from olstream.shared.errors import ConfigError
 from olstream.streams.mapping import MappingConfig, canonical_bytes
 from olstream.streams.settings import resolve_worker_settings
 from olstream.streams.state import StreamInputError, format_time
 from olstream.streams.state_store import dumps_state, loads_state
+from tests.support.cli_settings import build_settings
 from tests.support.openlineage_schema import validator
 from tests.support.stream_records import T0, Harness, declared, doc, ended, ref_of, started
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from olstream.cli.main import build_parser
-from olstream.cli.worker import build_settings
 from olstream.shared.errors import ConfigError
 from olstream.streams.mapping import DEFAULT_PRODUCER
+from tests.support.cli_settings import build_settings
 
 
 def parse(*argv: str):  # type: ignore[no-untyped-def]

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from olstream.cli.source import build_parser_for_tests, settings_from_args
 from olstream.connectors.source.resume import merge_positions, position_of
 from olstream.connectors.source.rowcheck import RowChecker
 from olstream.contract import codec
@@ -16,6 +15,7 @@ from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunE
 from olstream.contract.wire import message_key
 from olstream.eventlog.store import StoredRow
 from olstream.shared.errors import ConfigError
+from tests.support.cli_settings import build_parser_for_tests, settings_from_args
 
 T = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 

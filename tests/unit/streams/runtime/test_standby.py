@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from olstream.cli.main import build_parser
-from olstream.cli.worker import build_settings
 from olstream.shared.kafka_clients import KafkaConnection
 from olstream.streams.runtime import run_store
 from olstream.streams.runtime.run_store import NoStandby, RunStore
 from olstream.streams.runtime.standby import StandbyStates, standby_states
 from olstream.streams.settings import WorkerSettings
+from tests.support.cli_settings import build_settings
 
 CHANGELOG = "app-runs-changelog"
 
