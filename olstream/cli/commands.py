@@ -1,4 +1,5 @@
-"""What the command modules share: subcommands with actions, and `--print-config` before any work."""
+"""What the command modules share: subcommands with actions, the destination flags of `sink` and
+`replay`, and `--print-config` before any work."""
 
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ def add_actions(
         add_flags(p, settings)
         add_print_config(p)
         p.set_defaults(func=func)
+
+
+def add_destination_flags(parser: argparse.ArgumentParser, title: str) -> None:
+    """Where events go, in OpenLineage's terms: `olstream sink` and `olstream replay` share these flags."""
+    dest = parser.add_argument_group(title)
+    dest.add_argument("--url", help="receiver base URL (env OPENLINEAGE_URL; yml transport.url)")
+    dest.add_argument(
+        "--endpoint", help="path after the URL (env OPENLINEAGE_ENDPOINT; default api/v1/lineage)"
+    )
+    dest.add_argument("--api-key-file", help="file with the bearer API key (env OPENLINEAGE_API_KEY)")
+    dest.add_argument("--ca-file", help="extra CA bundle for TLS (verification is always on)")
+    dest.add_argument("--file", help="append NDJSON to this file instead (fsynced before each commit)")
+    dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
 
 
 def resolve_unless_printed(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
+from olstream.cli.commands import add_destination_flags
 from olstream.connectors.sink.settings import build_settings
 from olstream.operations.replay_settings import REPLAY_SETTINGS, SINK_FLAGS, build_replay_settings, sink_flags
 from olstream.shared.config import add_flags, add_print_config
@@ -40,15 +41,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "resumes where it stopped when run again. The destination is the sink's: the flags below, "
         "OPENLINEAGE_* and openlineage.yml.",
     )
-    dest = p.add_argument_group("destination (OpenLineage's settings, as for olstream sink)")
-    dest.add_argument("--url", help="receiver base URL (env OPENLINEAGE_URL; yml transport.url)")
-    dest.add_argument(
-        "--endpoint", help="path after the URL (env OPENLINEAGE_ENDPOINT; default api/v1/lineage)"
-    )
-    dest.add_argument("--api-key-file", help="file with the bearer API key (env OPENLINEAGE_API_KEY)")
-    dest.add_argument("--ca-file", help="extra CA bundle for TLS (verification is always on)")
-    dest.add_argument("--file", help="append NDJSON to this file instead (fsynced before each commit)")
-    dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
+    add_destination_flags(p, "destination (OpenLineage's settings, as for olstream sink)")
     # the replay's own settings (section replay: of the file), then the sink's (section sink:)
     add_flags(p.add_argument_group("replay, then delivery (the sink's)"), (*REPLAY_SETTINGS, *SINK_FLAGS))
     add_print_config(p)

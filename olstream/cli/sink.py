@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from olstream.cli.commands import add_destination_flags
 from olstream.connectors.sink.settings import SINK_SETTINGS, build_settings
 from olstream.shared.config import add_flags, add_print_config
 from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
@@ -33,15 +34,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(--transport NAME). OPENLINEAGE_DISABLED=true: exit 0 at once, nothing delivered or "
         "committed. The sink's own settings: flags > OLSTREAM_* > --config file > defaults.",
     )
-    dest = p.add_argument_group("destination (OpenLineage's settings)")
-    dest.add_argument("--url", help="receiver base URL (env OPENLINEAGE_URL; yml transport.url)")
-    dest.add_argument(
-        "--endpoint", help="path after the URL (env OPENLINEAGE_ENDPOINT; default api/v1/lineage)"
-    )
-    dest.add_argument("--api-key-file", help="file with the bearer API key (env OPENLINEAGE_API_KEY)")
-    dest.add_argument("--ca-file", help="extra CA bundle for TLS (verification is always on)")
-    dest.add_argument("--file", help="append NDJSON to this file instead (fsynced before each commit)")
-    dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
+    add_destination_flags(p, "destination (OpenLineage's settings)")
     add_flags(p.add_argument_group("sink"), SINK_SETTINGS)
     add_print_config(p)
     p.set_defaults(func=main)
