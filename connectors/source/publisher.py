@@ -43,6 +43,7 @@ from olstream.eventlog.store import StoredRow
 from olstream.shared import deadletter, kafka_clients
 from olstream.shared.errors import DeliveryError
 from olstream.shared.metrics import set_health
+from olstream.shared.produce import ROOM_POLL_SECONDS, produce
 
 log = logging.getLogger(__name__)
 
@@ -196,50 +197,28 @@ class Publisher:
             self._kafka_partitions[partition] = self._placement.kafka_partition(partition)
             self._inflight[partition] = deque()
         kp = self._kafka_partitions[partition]
-        produce, topic = self._producer.produce, self._topic
+        producer, topic, wait = self._producer, self._topic, self._wait_for_room
         last = len(run) - 1
         for i in range(last):
             row, headers = run[i]
-            try:
-                produce(topic, row.payload, key, kp, headers=headers)
-            except BufferError:  # librdkafka's queue is full: Kafka is slow or away
-                if not self._produce_when_room(row.payload, key, kp, headers, report=False):
-                    if i:
-                        self.produced[partition] = run[i - 1][0].offset
-                    return i  # the rows handed over are flushed, just not counted as acked
+            if not produce(producer, topic, key, row.payload, headers, kp, wait=wait):
+                if i:
+                    self.produced[partition] = run[i - 1][0].offset
+                return i  # the rows handed over are flushed, just not counted as acked
         row, headers = run[last]
-        try:
-            produce(topic, row.payload, key, kp, headers=headers, on_delivery=self._delivered)
-        except BufferError:
-            if not self._produce_when_room(row.payload, key, kp, headers, report=True):
-                if last:
-                    self.produced[partition] = run[last - 1][0].offset
-                return last
+        if not produce(producer, topic, key, row.payload, headers, kp, self._delivered, wait=wait):
+            if last:
+                self.produced[partition] = run[last - 1][0].offset
+            return last
         self._inflight[partition].append((row.offset, len(run)))
         self.produced[partition] = row.offset
         return len(run)
 
-    def _produce_when_room(
-        self, value: bytes, key: bytes, kafka_partition: int, headers: Headers, *, report: bool
-    ) -> bool:
-        """Wait for room in the producer's queue and produce; False when asked to stop first."""
-        while True:
-            if not self._wait_for_room():
-                return False
-            produce, topic = self._producer.produce, self._topic
-            try:
-                if report:
-                    produce(topic, value, key, kafka_partition, headers=headers, on_delivery=self._delivered)
-                else:
-                    produce(topic, value, key, kafka_partition, headers=headers)
-                return True
-            except BufferError:
-                continue
-
     def _wait_for_room(self) -> bool:
-        """Serve delivery reports until the producer has room; False when asked to stop."""
+        """Serve delivery reports while librdkafka's queue is full (Kafka slow or away); False when
+        asked to stop."""
         set_health(False, "waiting for Kafka: the producer queue is full")
-        self.poll(0.05)
+        self.poll(ROOM_POLL_SECONDS)
         if self._should_stop():
             return False
         set_health(True, "publishing")
@@ -258,12 +237,7 @@ class Publisher:
                 continue
             key, value = message_key(partition), str(offset).encode()
             headers: Headers = [(HEADER_PARTITION, key), (HEADER_OFFSET, value)]
-            while True:
-                try:
-                    self._producer.produce(self._offsets_topic, value, key, headers=headers)
-                    break
-                except BufferError:
-                    self.poll(0.05)
+            produce(self._producer, self._offsets_topic, key, value, headers, wait=self._poll_for_room)
             self._checkpointed[partition] = offset
 
     def forget_checkpoints(self) -> None:
@@ -280,6 +254,11 @@ class Publisher:
     def poll(self, timeout: float) -> None:
         self._producer.poll(timeout)
         self.raise_if_failed()
+
+    def _poll_for_room(self) -> bool:
+        """Serve delivery reports while librdkafka's queue is full; a failure seen meanwhile raises."""
+        self.poll(ROOM_POLL_SECONDS)
+        return True
 
     def raise_if_failed(self) -> None:
         if self._fatal is not None:
@@ -371,14 +350,16 @@ class Publisher:
             (self._topic, b"", marker, self._placement.kafka_partition(row.partition)),
             (self._errors_topic, copy, headers, PARTITION_BY_KEY),
         ):
-            while True:
-                try:
-                    self._producer.produce(
-                        topic, value, key, kafka_partition, headers=message_headers, on_delivery=delivered
-                    )
-                    break
-                except BufferError:
-                    self.poll(0.05)
+            produce(
+                self._producer,
+                topic,
+                key,
+                value,
+                message_headers,
+                kafka_partition,
+                delivered,
+                wait=self._poll_for_room,
+            )
         self.errors += 1
         self.produced[row.partition] = row.offset
         ERRORS.labels(kind=deadletter.TOO_LARGE if too_large else "decode").inc()

@@ -18,33 +18,11 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from olstream.shared.errors import DeliveryError
 from olstream.shared.kafka_clients import Kafka, producer_config
+from olstream.shared.produce import produce
 
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
-
-
-def produce(
-    producer: Producer,
-    topic: str,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Headers | None = None,
-    partition: int | None = None,
-    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-) -> None:
-    """Queue one message, waiting (serving delivery reports) while librdkafka's queue is full."""
-    extra: dict[str, Any] = {}
-    if partition is not None:
-        extra["partition"] = partition
-    if on_delivery is not None:
-        extra["on_delivery"] = on_delivery
-    while True:
-        try:
-            producer.produce(topic, value, key, headers=headers, **extra)
-            return
-        except BufferError:
-            producer.poll(0.05)
 
 
 class EventSends(Protocol):

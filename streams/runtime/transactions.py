@@ -45,7 +45,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from olstream.shared.errors import DeliveryError
 from olstream.shared.kafka_clients import Kafka, producer_config
-from olstream.streams.runtime.sender import Headers, produce
+from olstream.shared.produce import produce
+from olstream.streams.runtime.sender import Headers
 
 log = logging.getLogger(__name__)
 
