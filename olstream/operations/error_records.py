@@ -23,7 +23,7 @@ from typing import Any
 
 from olstream.contract import topics, wire
 from olstream.shared import deadletter
-from olstream.shared.errors import ConfigError, InfrastructureError
+from olstream.shared.errors import ConfigError
 from olstream.shared.kafka_admin import topic_partitions
 from olstream.shared.kafka_clients import Kafka, consumer_config
 from olstream.shared.logs import redact
@@ -171,7 +171,9 @@ def read_topic(
     """Every record of `topic` up to its end offsets when the read started (with `from_offsets`:
     only those partitions, from those offsets); a missing topic is `ConfigError`. No group is
     joined and nothing is committed."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
+
+    from olstream.shared.topic_read import messages_to_end
 
     partitions = topic_partitions(kafka, topic, timeout)
     if partitions is None:
@@ -184,47 +186,17 @@ def read_topic(
     )
     consumer = Consumer(config)
     try:
-        ends: dict[int, int] = {}
-        assign: list[TopicPartition] = []
+        spans: dict[int, tuple[int, int]] = {}
         for p in range(partitions) if from_offsets is None else sorted(from_offsets):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout, cached=False)
-            start = low if from_offsets is None else max(low, from_offsets[p])
-            if high > start:
-                ends[p] = high
-                assign.append(TopicPartition(topic, p, start))
-        records: list[ErrorRecord] = []
-        if not assign:
-            return records
-        consumer.assign(assign)
+            spans[p] = (low if from_offsets is None else max(low, from_offsets[p]), high)
         deadline = time.monotonic() + max(timeout, 10.0) * 6
-        while ends:
-            if time.monotonic() > deadline:
-                raise InfrastructureError(
-                    f"reading {topic}: partitions {sorted(ends)} did not reach their end"
-                )
-            for msg in consumer.consume(500, 1.0):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise InfrastructureError(f"reading {topic}: {err}")
-                part, offset = msg.partition(), msg.offset()
-                end = ends.get(part) if part is not None else None
-                if part is None or end is None or offset is None or offset >= end:
-                    continue
-                _, ts = msg.timestamp()
-                records.append(
-                    ErrorRecord(
-                        topic, part, offset, max(ts, 0), msg.value() or b"",
-                        _headers(msg.headers()), msg.key(),
-                    )
-                )
-                if offset + 1 >= end:
-                    del ends[part]
-            if ends:  # a transactional topic ends in markers that are never delivered
-                for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
-                    if tp.offset >= ends[tp.partition]:
-                        del ends[tp.partition]
+        records: list[ErrorRecord] = []
+        read = messages_to_end(consumer, topic, spans, batch=500, wait=1.0, deadline=deadline)
+        for part, offset, msg in read:
+            _, ts = msg.timestamp()
+            value, headers = msg.value() or b"", _headers(msg.headers())
+            records.append(ErrorRecord(topic, part, offset, max(ts, 0), value, headers, msg.key()))
         return records
     finally:
         consumer.close()

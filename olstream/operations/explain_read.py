@@ -179,44 +179,20 @@ def scan(
 def _read_share(
     kafka: Kafka, topic: str, spans: Mapping[int, Span], collectors: Mapping[int, Collector], timeout: float
 ) -> int:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer
+
+    from olstream.shared.topic_read import messages_to_end
 
     consumer = Consumer(_config(kafka, _FAST_FETCH))
     read = 0
     try:
-        ends = {p: s.end for p, s in spans.items()}
-        consumer.assign([TopicPartition(topic, p, s.start) for p, s in spans.items()])
         deadline = time.monotonic() + max(timeout, 10.0) * 6
-        quiet_since = time.monotonic()
-        while ends:
-            batch = consumer.consume(BATCH, 0.5)
-            if batch:
-                quiet_since = time.monotonic()
-            elif time.monotonic() > deadline and time.monotonic() - quiet_since > timeout:
-                raise InfrastructureError(
-                    f"reading {topic}: partitions {sorted(ends)} did not reach their end"
-                )
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise InfrastructureError(f"reading {topic}: {err}")
-                part, offset = msg.partition(), msg.offset()
-                end = None if part is None else ends.get(part)
-                if part is None or end is None or offset is None:
-                    continue
-                if offset >= end:
-                    del ends[part]
-                    continue
-                read += 1
-                collectors[part].offer(msg)
-                if offset + 1 >= end:
-                    del ends[part]
-            if ends and not batch:  # a transactional topic ends in markers that are never delivered
-                for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
-                    if tp.offset >= ends[tp.partition]:
-                        del ends[tp.partition]
+        ranges = {p: (s.start, s.end) for p, s in spans.items()}
+        for part, _offset, msg in messages_to_end(
+            consumer, topic, ranges, batch=BATCH, wait=0.5, deadline=deadline, quiet=timeout
+        ):
+            read += 1
+            collectors[part].offer(msg)
         return read
     finally:
         consumer.close()

@@ -32,6 +32,7 @@ from olstream.operations.replay_settings import ReplaySettings
 from olstream.shared.errors import ConfigError, InfrastructureError
 from olstream.shared.kafka_admin import check_connection, ensure_topic, retrying, topic_partitions
 from olstream.shared.kafka_clients import producer_config
+from olstream.shared.topic_read import messages_to_end
 
 log = logging.getLogger(__name__)
 
@@ -77,36 +78,18 @@ def describe_bounds(settings: ReplaySettings, bounds: ReplayBounds) -> str:
 def count_range(consumer: Consumer, bounds: ReplayBounds, selection: Selection) -> tuple[Counter[str], int]:
     """What a replay of `bounds` would send, by event type, and how many the selection leaves; the
     range is read with `assign`: no group joined, nothing committed."""
-    ends = {p.partition: p.end for p in bounds.partitions if p.size}
-    consumer.assign([TopicPartition(bounds.topic, p.partition, p.start) for p in bounds.partitions if p.size])
+    spans = {p.partition: (p.start, p.end) for p in bounds.partitions if p.size}
     counted: Counter[str] = Counter()
     left = 0
     deadline = time.monotonic() + LOOKUP_TIMEOUT * 4
-    while ends:
-        if time.monotonic() > deadline:
-            raise InfrastructureError(
-                f"reading {bounds.topic}: partitions {sorted(ends)} did not reach their end"
-            )
-        for message in consumer.consume(500, 0.5):
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise InfrastructureError(f"reading {bounds.topic}: {error.str()}")
-            partition, offset = message.partition(), message.offset()
-            end = ends.get(partition) if partition is not None else None
-            if end is None or offset is None or offset >= end:
-                continue
-            if selection.takes_message(message):
-                counted[event_type_of(message.headers(), message.value() or b"")] += 1
-            else:
-                left += 1
-            if offset + 1 >= end:
-                del ends[partition]  # type: ignore[arg-type]
-        if ends:  # a transactional topic's markers are never delivered: the position passes them
-            for tp in consumer.position([TopicPartition(bounds.topic, p) for p in ends]):
-                if tp.offset >= ends[tp.partition]:
-                    del ends[tp.partition]
+    read = messages_to_end(
+        consumer, bounds.topic, spans, batch=500, wait=0.5, deadline=deadline, error_text=KafkaError.str
+    )
+    for _partition, _offset, message in read:
+        if selection.takes_message(message):
+            counted[event_type_of(message.headers(), message.value() or b"")] += 1
+        else:
+            left += 1
     return counted, left
 
 
