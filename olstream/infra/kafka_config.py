@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from olstream.infra.kafka_sasl import BrokerSecurity, security_properties
+from olstream.infra.log4j2 import log4j2_properties
 from olstream.infra.process import cache_home, state_home
 from olstream.shared import java_properties
 
@@ -249,27 +250,7 @@ def logging_config(settings: KafkaSettings) -> str:
     """log4j2 (Kafka 4.x) or reload4j (Kafka 3.x) config writing a size-capped server.log."""
     log_file = settings.log_dir / "server.log"
     if settings.major >= 4:
-        return "\n".join(
-            [
-                "status = warn",
-                "appender.main.type = RollingFile",
-                "appender.main.name = MAIN",
-                f"appender.main.fileName = {log_file}",
-                f"appender.main.filePattern = {log_file}.%i",
-                "appender.main.layout.type = PatternLayout",
-                "appender.main.layout.pattern = [%d] %p %m (%c)%n",
-                "appender.main.policies.type = Policies",
-                "appender.main.policies.size.type = SizeBasedTriggeringPolicy",
-                "appender.main.policies.size.size = 20MB",
-                "appender.main.strategy.type = DefaultRolloverStrategy",
-                "appender.main.strategy.max = 3",
-                "rootLogger.level = INFO",
-                "rootLogger.appenderRef.main.ref = MAIN",
-                "logger.state.name = state.change.logger",
-                "logger.state.level = WARN",
-                "",
-            ]
-        )
+        return log4j2_properties(log_file, {"state": ("state.change.logger", "WARN")})
     return "\n".join(
         [
             "log4j.rootLogger=INFO, main",

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from olstream.infra.log4j2 import log4j2_properties
 from olstream.infra.process import cache_home, state_home
 from olstream.shared.java_properties import parse_properties as parse_properties
 from olstream.shared.java_properties import read_properties as read_properties
@@ -197,26 +198,7 @@ MM2_HEADER = (
 
 def logging_config(settings: MirrorSettings) -> str:
     """log4j2 config writing a size-capped mirror.log (its INFO lines tell `up` when it is ready)."""
-    log_file = settings.log_file
-    return "\n".join(
-        [
-            "status = warn",
-            "appender.main.type = RollingFile",
-            "appender.main.name = MAIN",
-            f"appender.main.fileName = {log_file}",
-            f"appender.main.filePattern = {log_file}.%i",
-            "appender.main.layout.type = PatternLayout",
-            "appender.main.layout.pattern = [%d] %p %m (%c)%n",
-            "appender.main.policies.type = Policies",
-            "appender.main.policies.size.type = SizeBasedTriggeringPolicy",
-            "appender.main.policies.size.size = 20MB",
-            "appender.main.strategy.type = DefaultRolloverStrategy",
-            "appender.main.strategy.max = 3",
-            "rootLogger.level = INFO",
-            "rootLogger.appenderRef.main.ref = MAIN",
-            "",
-        ]
-    )
+    return log4j2_properties(settings.log_file)
 
 
 def java_command(java: str, settings: MirrorSettings, classpath: str) -> list[str]:
