@@ -302,7 +302,6 @@ class EventRetry:
     backoff: Backoff
     failing_since: float | None = None
     circuit: int = -1  # the circuit generation `failing_since` was taken in
-    last: DeliveryResult | None = None
 
 
 CIRCUIT_THRESHOLD = 3
@@ -357,7 +356,6 @@ class Retries:
         retry = self.events.get(ident)
         if retry is None:
             retry = self.events[ident] = EventRetry(Backoff(self.initial, self.maximum, self.clock, self.rng))
-        retry.last = result
         self.failing.add(ident)
         global_failure = len(self.failing) >= CIRCUIT_THRESHOLD or result.status == 429
         if global_failure:
@@ -381,8 +379,3 @@ class Retries:
     def drop_partitions(self, partitions: set[tuple[str, int]]) -> None:
         for ident in [i for i in self.events if (i[0], i[1]) in partitions]:
             self.forget(ident)
-
-    def last_result(self, ident: EventId) -> DeliveryResult | None:
-        retry = self.events.get(ident)
-        return None if retry is None else retry.last
-
