@@ -184,7 +184,7 @@ class BoundedSink(Sink):
         else:
             tracker.add(offset)
             tracker.finish(offset)
-            self.starts.setdefault(tp, offset)
+            self.lag.started(tp, offset)
             self.finished_since_commit += 1
             self.left += 1
         if offset + 1 >= end:
@@ -209,9 +209,7 @@ class BoundedSink(Sink):
 
     def _at_end(self) -> bool:
         """True once every owned partition of the range is gone through to its end and committed."""
-        if not self.assigned_once or self.buffered or self.in_flight or self.repeating or self.ready.qsize():
-            return False
-        if any(t.committable() is not None for t in self.trackers.values()):
+        if not self._idle():
             return False
         owned = [tp for tp in self.trackers if tp in self.range_ends]
         left = [tp for tp in owned if tp not in self.done]

@@ -1,13 +1,17 @@
-"""The sink's lag gauge, kept apart from its loop (`sink.Sink` is a `LagGauge`) for its size."""
+"""`olstream_sink_lag`: the sink's events on the topic that its group has not committed.
+
+`LagGauge` keeps what the gauge needs beyond the sink's commit trackers: where the group started on
+each owned partition and the highest end seen of each. Its `update` asks the broker, so the sink
+runs it on its Kafka thread (`kafka_calls.KafkaCalls`), never on its event loop.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import Gauge
-
-from olstream.connectors.sink.delivery import ContiguousCommitTracker
 
 log = logging.getLogger(__name__)
 
@@ -18,14 +22,25 @@ TP = tuple[str, int]
 
 
 class LagGauge:
-    consumer: Consumer
-    trackers: dict[TP, ContiguousCommitTracker]
-    starts: dict[TP, int]  # where the group started on each owned partition (this assignment)
-    ends: dict[TP, int]  # the highest end of each owned partition seen
-    paused: set[TP]
+    """The lag of the owned partitions, counted from the last commit, else where the group started."""
 
-    def _update_lag(self) -> None:
-        """`olstream_sink_lag`: events on the owned partitions that the group has not committed.
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.starts: dict[TP, int] = {}  # where the group started on each owned partition (this assignment)
+        self.ends: dict[TP, int] = {}  # the highest end of each owned partition seen
+
+    def started(self, tp: TP, offset: int) -> None:
+        """The sink read `offset` of `tp`: the group starts there unless it was read before."""
+        self.starts.setdefault(tp, offset)
+
+    def forget(self, partitions: Iterable[TP]) -> None:
+        """Assigned anew or no longer owned: where it started and its end are asked again."""
+        for tp in partitions:
+            self.starts.pop(tp, None)
+            self.ends.pop(tp, None)
+
+    def update(self, committed: Mapping[TP, int | None], paused: Collection[TP]) -> None:
+        """Set the gauge for the owned partitions (`committed`: the sink's last commit of each, if any).
 
         Counted from the sink's last commit or, before it, from where the group started (the first
         offset read, else its committed offset, else the beginning: auto.offset.reset=earliest),
@@ -33,29 +48,29 @@ class LagGauge:
         one of its last fetch, else the broker's: while it is paused (not fetched, its cached end
         stands still as the topic grows) or before its first fetch; the highest end seen counts.
         """
-        self._look_up_starts()
+        self._look_up_starts(committed)
         total, ask = 0, True  # a broker that does not answer is asked no more this round
-        for tp, tracker in self.trackers.items():
+        for tp, position in committed.items():
             _low, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-            if ask and (high < 0 or tp in self.paused):
+            if ask and (high < 0 or tp in paused):
                 bounds = self._broker_bounds(TopicPartition(*tp))
                 ask, high = bounds is not None, max(high, bounds[1] if bounds else -1)
             high = self.ends[tp] = max(high, self.ends.get(tp, -1))
-            base = tracker.committed if tracker.committed is not None else self.starts.get(tp)
+            base = position if position is not None else self.starts.get(tp)
             if base is not None and high >= 0:
                 total += max(0, high - base)
         LAG.set(total)
 
-    def _look_up_starts(self) -> None:
+    def _look_up_starts(self, owned: Collection[TP]) -> None:
         """Where the group starts on partitions not read yet (so not committed by the sink either; e.g.
         paused before their first fetch): its committed offset, else the beginning (auto.offset.reset)."""
-        unknown = [TopicPartition(*tp) for tp in self.trackers if tp not in self.starts]
+        unknown = [TopicPartition(*tp) for tp in owned if tp not in self.starts]
         try:
             for p in self.consumer.committed(unknown, timeout=LAG_QUERY_TIMEOUT) if unknown else []:
                 bounds = (p.offset, -1) if p.offset >= 0 else self._broker_bounds(p)
                 if bounds is None:
                     return
-                if (p.topic, p.partition) in self.trackers:
+                if (p.topic, p.partition) in owned:
                     self.starts.setdefault((p.topic, p.partition), bounds[0])
         except KafkaException as e:
             log.debug("cannot read where the group starts, for the lag: %s", e)

@@ -7,6 +7,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from olstream.connectors.sink.lag import LagGauge
+from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import make_transport
@@ -75,7 +77,8 @@ async def run_sink(settings: SinkSettings) -> int:
             producer_config(settings.connection, {"linger.ms": 5, **topics.producer_size_config(largest)})
         )
     consumer = Consumer(consumer_config(settings))
-    sink = Sink(settings, make_transport(settings), consumer, dlq)
+    transport = make_transport(settings)
+    sink = Sink(settings, transport, consumer, dlq, LagGauge(consumer), Repeats.for_transport(transport))
     return await sink.run()
 
 

@@ -1,9 +1,13 @@
 """The sink's consumer loop: Kafka -> receiver, at-least-once, per-run order, bounded concurrency.
 
-One asyncio loop owns everything: the confluent-kafka consumer is polled without blocking
+One asyncio loop owns the sink's state: the confluent-kafka consumer is polled without blocking
 (`consume(timeout=0)`, so rebalance callbacks run on this thread too), `concurrency` worker
 coroutines send events through the transport, and offsets are committed manually
-(`enable.auto.commit=false`) over each partition's contiguous prefix of finished events.
+(`enable.auto.commit=false`) over each partition's contiguous prefix of finished events. The calls
+that wait on a broker (commits, watermark and committed-offset queries, closing) run on the Kafka
+thread of `kafka_calls`, so a slow broker never stops the sends; the one exception is the commit
+inside a revocation, which has to be done before the partitions move. The lag gauge (`LagGauge`)
+and the repeats of job versions (`Repeats`) are collaborators handed in, each with its own state.
 """
 
 from __future__ import annotations
@@ -14,8 +18,14 @@ import logging
 import signal
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from olstream.connectors.sink.commits import (
+    commit_offsets,
+    consumed_to_end_of,
+    finished_offsets,
+    mark_committed,
+)
 from olstream.connectors.sink.delivery import (
     Backoff,
     ContiguousCommitTracker,
@@ -27,7 +37,9 @@ from olstream.connectors.sink.delivery import (
     pass_undelivered,
     run_of,
 )
+from olstream.connectors.sink.failures import dead_letter_headers, log_dead_lettered, log_failure
 from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
+from olstream.connectors.sink.kafka_calls import KafkaCalls, flush
 from olstream.connectors.sink.lag import LagGauge
 from olstream.connectors.sink.metrics import (
     BACKOFF_SECONDS,
@@ -38,14 +50,13 @@ from olstream.connectors.sink.metrics import (
     REPEATED,
     RETRIED,
 )
+from olstream.connectors.sink.pauses import Pauses
 from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
-from olstream.connectors.sink.transports import HttpTransport, SinkTransport
+from olstream.connectors.sink.transports import HttpTransport, SinkTransport, send
 from olstream.contract import wire
 from olstream.shared import deadletter
 from olstream.shared.errors import InfrastructureError
-from olstream.shared.idle import consumed_to_end
-from olstream.shared.logs import redact
 from olstream.shared.metrics import set_health
 from olstream.shared.stopping import install_stop_deadline
 
@@ -56,13 +67,15 @@ CONSUME_BATCH = 500
 COMMIT_EVERY = 2000  # finished events; commits also happen every commit interval
 
 
-class Sink(LagGauge, Repeats):
+class Sink:
     def __init__(
         self,
         settings: SinkSettings,
         transport: SinkTransport,
         consumer: Consumer,
         dlq: Producer | None,
+        lag: LagGauge | None = None,
+        repeats: Repeats | None = None,
     ) -> None:
         self.settings = settings
         self.transport = transport
@@ -73,25 +86,43 @@ class Sink(LagGauge, Repeats):
             self.backoff, settings.retry_timeout, settings.backoff_initial, settings.backoff_max
         )
         self.batch_size = max(1, settings.batch_size) if isinstance(transport, HttpTransport) else 1
+        self.lag = lag if lag is not None else LagGauge(consumer)
+        self.repeats = repeats if repeats is not None else Repeats.for_transport(transport)
+        self.calls = KafkaCalls()
         self.trackers: dict[TP, ContiguousCommitTracker] = {}
         self.epochs: dict[TP, int] = {}
-        self.starts: dict[TP, int] = {}  # where the group started on each owned partition (this assignment)
-        self.ends: dict[TP, int] = {}  # the highest end of each owned partition seen, for the lag
         self.queues = KeyedQueues()
-        self.latest = LatestTerminals(enabled=isinstance(transport, HttpTransport))
-        self.repeating = 0  # repeats of terminal events handed out and not settled yet
         self.ready: asyncio.Queue[PendingEvent] = asyncio.Queue()
         self.buffered = 0
         self.in_flight = 0
-        self.paused: set[TP] = set()
-        self.pause_reason: str | None = None
-        self.fresh: set[TP] = set()  # newly assigned: resumed explicitly once, whatever came before
+        self.pauses = Pauses(consumer, settings.max_buffered)
         self.finished_since_commit = 0
         self.commit_metadata: dict[TP, str] = {}  # per partition, stored with each commit (a replay's range)
         self.assigned_once = False
         self.stopping = asyncio.Event()
         self._epoch = 0
         self._last_idle_check = 0.0
+
+    @property
+    def latest(self) -> LatestTerminals:
+        return self.repeats.latest
+
+    @property
+    def paused(self) -> set[TP]:
+        return self.pauses.paused
+
+    @paused.setter
+    def paused(self, partitions: set[TP]) -> None:
+        self.pauses.paused = partitions
+
+    @property
+    def repeating(self) -> int:
+        """Repeats of terminal events handed out and not settled yet."""
+        return self.repeats.pending
+
+    @repeating.setter
+    def repeating(self, count: int) -> None:
+        self.repeats.pending = count
 
     # -- rebalance -------------------------------------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -100,10 +131,8 @@ class Sink(LagGauge, Repeats):
             self._epoch += 1
             self.epochs[tp] = self._epoch
             self.trackers[tp] = ContiguousCommitTracker()
-            self.starts.pop(tp, None)
-            self.ends.pop(tp, None)
-            self.paused.discard(tp)
-            self.fresh.add(tp)
+            self.pauses.assigned(tp)
+        self.lag.forget((p.topic, p.partition) for p in partitions)
         self.assigned_once = True
         log.info("assigned %s", sorted(f"{t}[{p}]" for t, p in ((q.topic, q.partition) for q in partitions)))
 
@@ -124,10 +153,8 @@ class Sink(LagGauge, Repeats):
             if tracker is not None:
                 self.buffered -= tracker.outstanding
             self.epochs.pop(tp, None)
-            self.starts.pop(tp, None)
-            self.ends.pop(tp, None)
-            self.paused.discard(tp)
-            self.fresh.discard(tp)
+            self.pauses.forget(tp)
+        self.lag.forget(partitions)
         self.queues.drop_partitions(partitions)
         self.retries.drop_partitions(partitions)
         self.latest.forget(partitions)
@@ -160,32 +187,14 @@ class Sink(LagGauge, Repeats):
         event = PendingEvent(topic, partition, offset, message.key(), value, epoch, run,
                              terminal_of_message(run, headers, value), redrive=redrive)  # fmt: skip
         tracker.add(offset)
-        self.starts.setdefault(tp, offset)
+        self.lag.started(tp, offset)
         self.buffered += 1
         first = self.queues.add(event)
         if first is not None:
             self.ready.put_nowait(first)
 
     def _apply_pause(self) -> None:
-        high = self.settings.max_buffered
-        want_pause = self.backoff.active or self.buffered >= high
-        want_resume = not self.backoff.active and self.buffered <= high // 2
-        owned = set(self.epochs)
-        if self.fresh and not want_pause:
-            self.consumer.resume([TopicPartition(t, p) for t, p in self.fresh if (t, p) in owned])
-        self.fresh.clear()
-        if want_pause:
-            reason = "backing off" if self.backoff.active else "buffer full"
-            if reason != self.pause_reason:  # logged when the reason changes, not every cycle
-                log.info("pausing consumption (%s, %d events held); still polling", reason, self.buffered)
-                self.pause_reason = reason
-            if owned - self.paused:
-                self.consumer.pause([TopicPartition(t, p) for t, p in owned - self.paused])
-                self.paused |= owned
-        elif want_resume and self.paused:
-            self.consumer.resume([TopicPartition(t, p) for t, p in self.paused if (t, p) in owned])
-            self.paused.clear()
-            log.debug("resuming consumption")
+        self.pauses.apply(self.epochs, self.backoff.active, self.buffered)
 
     # -- sending ---------------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -217,26 +226,18 @@ class Sink(LagGauge, Repeats):
                 zip(batch, results, strict=True), key=lambda p: p[1].outcome is not Outcome.DELIVERED
             )
             for event, result in settled:  # deliveries first: they reset the backoff, failures then set it
-                repeat = self.latest.settled(event, result.outcome is Outcome.DELIVERED)
+                repeat = self.repeats.after_settling(event, result.outcome is Outcome.DELIVERED, self._stale)
                 self._settle(event, result, generation)
-                if repeat is not None and not self._stale(repeat):
-                    self.repeating += 1
+                if repeat is not None:
                     self.ready.put_nowait(repeat)
             CIRCUIT_OPEN.set(1 if self.backoff.attempt else 0)  # opened by failures, closed by a delivery
 
     async def _send(self, batch: list[PendingEvent]) -> list[DeliveryResult]:
-        if len(batch) == 1 or not isinstance(self.transport, HttpTransport):
-            return [await self.transport.send(e) for e in batch]
-        results, whole = await self.transport.send_batch(batch)
-        if whole and results[0].outcome is Outcome.REJECTED:
-            # the receiver refused the batch as a whole: find the culprits one by one
-            return [await self.transport.send(e) for e in batch]
-        return results
+        return await send(self.transport, batch)
 
     def _settle(self, event: PendingEvent, result: DeliveryResult, generation: int) -> None:
         if self._stale(event):
-            if event.repeat:
-                self.repeating -= 1
+            self.repeats.settled(event)
             return  # revoked meanwhile: the new owner delivers it again
         if event.repeat and result.outcome in (Outcome.REJECTED, Outcome.MISCONFIGURED):
             return self._give_up_repeat(event, f"HTTP {result.status}")
@@ -244,11 +245,11 @@ class Sink(LagGauge, Repeats):
             (REPEATED if event.repeat else DELIVERED).inc()
             if self.backoff.attempt:
                 log.info("receiver accepts events again (%s)", self.settings.destination)
-                self.pause_reason = None
+                self.pauses.receiver_back()
                 set_health(True)
             self.retries.delivered(event.ident)
             if event.repeat:
-                self.repeating -= 1
+                self.repeats.settled(event)
                 return
             self._finish(event)
         elif result.outcome is Outcome.REJECTED and self.dlq is not None:
@@ -275,32 +276,11 @@ class Sink(LagGauge, Repeats):
     def _retry(self, event: PendingEvent) -> None:
         if not self._stale(event):
             self.ready.put_nowait(event)
-        elif event.repeat:
-            self.repeating -= 1
+        else:
+            self.repeats.settled(event)
 
     def _log_failure(self, event: PendingEvent, result: DeliveryResult, wait: float) -> None:
-        what = f"HTTP {result.status}" if result.status is not None else result.detail
-        if result.outcome is Outcome.MISCONFIGURED or result.outcome is Outcome.REJECTED:
-            log.error(
-                "CONFIGURATION PROBLEM: %s answered %s for %s (%s): check the URL, endpoint and API key; "
-                "nothing is dead-lettered, retrying in %.1f s",
-                self.settings.destination,
-                what,
-                event.where(),
-                result.detail[:200],
-                wait,
-            )
-            set_health(False, redact(f"receiver answered {what}: configuration problem"))
-        else:
-            log.warning(
-                "cannot deliver %s to %s: %s; retrying in %.1f s%s",
-                event.where(),
-                self.settings.destination,
-                what,
-                wait,
-                " (Retry-After)" if result.retry_after is not None else "",
-            )
-        BACKOFF_SECONDS.set(wait)
+        log_failure(self.settings.destination, event, result, wait)
 
     def _finish(self, event: PendingEvent) -> None:
         tracker = self.trackers.get((event.topic, event.partition))
@@ -317,14 +297,6 @@ class Sink(LagGauge, Repeats):
         self, event: PendingEvent, result: DeliveryResult, reason: str = deadletter.REJECTED
     ) -> None:
         assert self.dlq is not None
-        headers: list[tuple[str, str | bytes | None]] = [
-            (deadletter.ERROR, reason),
-            (deadletter.HTTP_STATUS, str(result.status if result.status is not None else "")),
-            # the answer as given, but never a credential it echoes (the URL, its user info, the key)
-            (deadletter.HTTP_RESPONSE, redact(result.detail).encode("utf-8")[: deadletter.RESPONSE_LIMIT]),
-            *deadletter.origin_headers(event.topic, event.partition, event.offset),
-            *event.redrive,  # a re-driven event that failed again keeps its attempt count
-        ]
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
@@ -332,62 +304,79 @@ class Sink(LagGauge, Repeats):
                 self.ready.put_nowait(event)
                 return
             DEAD_LETTERED.inc()
-            log.warning(
-                "%s %s with HTTP %s (%s); dead-lettered to %s",
-                "receiver rejected" if reason == deadletter.REJECTED else "gave up on",
-                event.where(),
-                result.status,
-                result.detail[:300],
-                self.settings.dlq_topic,
-            )
+            log_dead_lettered(event, result, reason, self.settings.dlq_topic)
             self._finish(event)
 
+        headers = dead_letter_headers(event, result, reason)
         topic = self.settings.dlq_topic
         self.dlq.produce(topic, event.value, event.key, headers=headers, on_delivery=delivered)
         self.dlq.poll(0)
 
+    # -- repeats (`Repeats`, over this sink's queue and ownership) ------------------------
+    def _sendable(self, batch: list[PendingEvent]) -> list[PendingEvent]:
+        return self.repeats.sendable(batch, self._stale)
+
+    def _give_up_repeat(self, event: PendingEvent, why: str) -> None:
+        self.retries.forget(event.ident)
+        self.repeats.give_up(event, why)
+
+    def _keep_repeats(self, batch: list[PendingEvent]) -> None:
+        """A worker that stops puts back the repeats it took, for `_flush_repeats`."""
+        for event in self.repeats.kept(batch):
+            self.ready.put_nowait(event)
+
+    async def _flush_repeats(self, deadline: float) -> None:
+        waiting = [self.ready.get_nowait() for _ in range(self.ready.qsize())]
+        await self.repeats.flush(waiting, self._stale, self.transport, deadline)
+
     # -- committing ------------------------------------------------------------------------
     def commit_finished(self, only: set[TP] | None = None) -> bool:
-        """Commit each owned partition's finished prefix; the transport is made durable first."""
+        """Commit each owned partition's finished prefix, waiting for the broker here: a revocation
+        commits before its partitions move. The loop commits with `_commit_off_loop` instead."""
+        offsets = self._finished_offsets(only)
+        return not offsets or self._committed(offsets, self._commit(offsets))
+
+    async def _commit_off_loop(self) -> bool:
+        offsets = self._finished_offsets(None)
+        return not offsets or self._committed(offsets, await self.calls.run(self._commit, offsets))
+
+    def _finished_offsets(self, only: set[TP] | None) -> list[TopicPartition]:
+        """What to commit (`finished_offsets`); the transport is made durable first."""
         self._pass_undelivered()
-        offsets = []
-        for tp, tracker in self.trackers.items():
-            offset = tracker.committable()
-            if offset is not None and (only is None or tp in only):  # each commit keeps its metadata
-                offsets.append(TopicPartition(*tp, offset, metadata=self.commit_metadata.get(tp, "")))
-        if not offsets:
-            return True
-        self.transport.make_durable()
-        if not self.settings.dry_run:  # a dry run only pretends, locally
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as e:
-                log.warning("offset commit failed (will retry): %s", e)
-                return False
-        self.finished_since_commit = 0
-        for tp_offset in offsets:
-            owned = self.trackers.get((tp_offset.topic, tp_offset.partition))
-            if owned is not None:
-                owned.mark_committed(tp_offset.offset)
-        return True
+        offsets = finished_offsets(self.trackers, self.commit_metadata, only)
+        if offsets:
+            self.transport.make_durable()
+        return offsets
+
+    def _commit(self, offsets: list[TopicPartition]) -> bool:
+        return self.settings.dry_run or commit_offsets(self.consumer, offsets)  # a dry run only pretends
+
+    def _committed(self, offsets: list[TopicPartition], ok: bool) -> bool:
+        if ok:
+            self.finished_since_commit = 0
+            mark_committed(self.trackers, offsets)
+        return ok
 
     def _pass_undelivered(self) -> None:  # a replay (bounded.py) commits within its range only
         pass_undelivered(self.consumer, self.trackers)
 
-    def _at_end(self) -> bool:
-        """True when every owned partition is consumed to its end and everything is committed."""
+    def _update_lag(self) -> None:
+        """Set `olstream_sink_lag` (`LagGauge.update`) here; the loop runs it on the Kafka thread."""
+        self.lag.update(self._commit_positions(), self.paused)
+
+    def _commit_positions(self) -> dict[TP, int | None]:
+        return {tp: tracker.committed for tp, tracker in self.trackers.items()}
+
+    def _idle(self) -> bool:
+        """Nothing held, sent, repeated or waiting, and everything finished is committed: the workers
+        wait for the loop, which alone changes the state until it admits again."""
         if not self.assigned_once or self.buffered or self.in_flight or self.repeating or self.ready.qsize():
             return False
-        if any(t.committable() is not None for t in self.trackers.values()):
-            return False
-        for tp, tracker in list(self.trackers.items()):  # one at a time: the first one behind ends it
-            bounds = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
-            position = tracker.committed  # past transaction markers too (`pass_undelivered`)
-            if position is None:
-                position = self.consumer.committed([TopicPartition(*tp)], timeout=10)[0].offset
-            if not consumed_to_end({tp: bounds}, {tp: position}):
-                return False
-        return True
+        return all(t.committable() is None for t in self.trackers.values())
+
+    def _at_end(self) -> bool:
+        """True when every owned partition is consumed to its end and everything is committed."""
+        return self._idle() and consumed_to_end_of(self.consumer, self.trackers)
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> int:
@@ -409,6 +398,8 @@ class Sink(LagGauge, Repeats):
         return 0
 
     async def _consume_until_stopped(self) -> None:
+        """Consume, commit and watch for the end. Every consumer call is made from here (the Kafka
+        thread's calls are awaited), so rebalance callbacks never meet a call on that thread."""
         last_commit = time.monotonic()
         while not self.stopping.is_set():
             self._apply_pause()
@@ -422,17 +413,22 @@ class Sink(LagGauge, Repeats):
                 now - last_commit >= self.settings.commit_interval
                 or self.finished_since_commit >= COMMIT_EVERY
             ):
-                self.commit_finished()
-                self._update_lag()
+                await self._commit_off_loop()
+                await self.calls.run(self.lag.update, self._commit_positions(), frozenset(self.paused))
                 last_commit = now
             if self.settings.until_idle and not messages and now - self._last_idle_check >= 0.3:
                 self._last_idle_check = now
-                if self.dlq is not None:
-                    self.dlq.flush(10)
-                if self.commit_finished() and self._at_end():
+                if await self._consumed_to_end():
                     log.info("consumed %s to its end, everything committed: exiting", self.settings.topic)
                     return
             await asyncio.sleep(0 if messages else 0.005)
+
+    async def _consumed_to_end(self) -> bool:
+        if self.dlq is not None:
+            await flush(self.dlq, 10)
+        if not await self._commit_off_loop() or not self._idle():
+            return False
+        return await self.calls.run(self._at_end)  # safe off the loop: the workers wait (`_idle`)
 
     async def _shut_down(self, workers: list[asyncio.Task[None]]) -> None:
         deadline = time.monotonic() + min(self.settings.total_timeout, 10.0)
@@ -443,7 +439,8 @@ class Sink(LagGauge, Repeats):
         await asyncio.gather(*workers, return_exceptions=True)
         await self._flush_repeats(deadline)
         if self.dlq is not None:
-            self.dlq.flush(10)
-        self.commit_finished()
+            await flush(self.dlq, 10)
+        await self._commit_off_loop()
         await self.transport.close()
-        self.consumer.close()
+        await self.calls.run(self.consumer.close)  # its revocation commits there, on the Kafka thread
+        self.calls.close()

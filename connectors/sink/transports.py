@@ -264,3 +264,14 @@ def make_transport(settings: SinkSettings) -> SinkTransport:
         assert settings.file_path is not None
         return FileTransport(settings.file_path)
     return ConsoleTransport()
+
+
+async def send(transport: SinkTransport, batch: list[PendingEvent]) -> list[DeliveryResult]:
+    """Send a batch: as one request to an HTTP receiver, else one event at a time."""
+    if len(batch) == 1 or not isinstance(transport, HttpTransport):
+        return [await transport.send(e) for e in batch]
+    results, whole = await transport.send_batch(batch)
+    if whole and results[0].outcome is Outcome.REJECTED:
+        # the receiver refused the batch as a whole: find the culprits one by one
+        return [await transport.send(e) for e in batch]
+    return results
