@@ -155,25 +155,7 @@ def _http(
         choice, env, sources, "endpoint", flags.get("endpoint"), "OPENLINEAGE_ENDPOINT", "endpoint"
     )
     url = endpoint_url(raw_url, endpoint)
-    for layer in ("env", "file"):
-        auth, where = s.get("auth", layers=layer)
-        if auth is not None and not isinstance(auth, Mapping):
-            raise ConfigError(f"transport.auth (from {where}) must be a mapping (type: api_key, apiKey: ...)")
-    key_file = flags.get("api_key_file")
-    if key_file:
-        api_key: str | None = read_key_file(str(key_file))
-        sources["api_key"] = "flag --api-key-file"
-    else:
-        api_key = _pick(choice, env, sources, "api_key", None, "OPENLINEAGE_API_KEY", "auth", "apiKey")
-        auth_type, where = s.text("auth", "type")
-        if auth_type not in (None, "api_key"):
-            raise ConfigError(
-                f"transport.auth.type {auth_type!r} (from {where}) is not supported: the sink sends an API "
-                "key (type api_key) as a bearer token, or the URL's user info as Basic auth"
-            )
-        if auth_type == "api_key" and not api_key:
-            raise ConfigError(f"transport.auth.type api_key (from {where}) needs auth.apiKey")
-    register_secret(api_key)
+    api_key = _api_key(choice, flags, env, sources)
     ca_file = _pick(choice, env, sources, "ca_file", flags.get("ca_file"), None, "sslContext", "caCertPath")
     verify, _ = s.get("verify")
     if verify is False:
@@ -207,6 +189,33 @@ def _http(
         timeout=(timeout, str(where)) if timeout is not None else None,
         sources=sources,
     )
+
+
+def _api_key(
+    choice: Choice, flags: Mapping[str, Any], env: Mapping[str, str], sources: dict[str, str]
+) -> str | None:
+    """The API key (--api-key-file, else OPENLINEAGE_API_KEY or `auth.apiKey`), registered as a secret."""
+    s = choice.section
+    for layer in ("env", "file"):
+        auth, where = s.get("auth", layers=layer)
+        if auth is not None and not isinstance(auth, Mapping):
+            raise ConfigError(f"transport.auth (from {where}) must be a mapping (type: api_key, apiKey: ...)")
+    key_file = flags.get("api_key_file")
+    if key_file:
+        api_key: str | None = read_key_file(str(key_file))
+        sources["api_key"] = "flag --api-key-file"
+    else:
+        api_key = _pick(choice, env, sources, "api_key", None, "OPENLINEAGE_API_KEY", "auth", "apiKey")
+        auth_type, where = s.text("auth", "type")
+        if auth_type not in (None, "api_key"):
+            raise ConfigError(
+                f"transport.auth.type {auth_type!r} (from {where}) is not supported: the sink sends an API "
+                "key (type api_key) as a bearer token, or the URL's user info as Basic auth"
+            )
+        if auth_type == "api_key" and not api_key:
+            raise ConfigError(f"transport.auth.type api_key (from {where}) needs auth.apiKey")
+    register_secret(api_key)
+    return api_key
 
 
 def _headers(section: Section, sources: dict[str, str]) -> tuple[tuple[str, str], ...]:
