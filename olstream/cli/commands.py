@@ -1,17 +1,25 @@
 """What the command modules share: subcommands with actions, the destination flags of `sink` and
-`replay`, and `--print-config` before any work."""
+`replay`, the frame of the local launchers' actions, and `--print-config` before any work."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from olstream.shared.config import Resolved, Setting, add_flags, add_print_config, print_config, resolve
+from olstream.shared.errors import ExitCode, OlstreamError
+from olstream.shared.logs import setup_logging
 
 Action = tuple[str, str, tuple[Setting, ...], Callable[[argparse.Namespace], int]]
 """(action name, help, its settings, its main)."""
+LauncherAction = tuple[str, str, tuple[Setting, ...], Callable[[Resolved], int]]
+"""(action name, help, its settings, what it does with them): an action of a local launcher."""
 
 
 def add_actions(
@@ -41,6 +49,54 @@ def add_destination_flags(parser: argparse.ArgumentParser, title: str) -> None:
     dest.add_argument("--ca-file", help="extra CA bundle for TLS (verification is always on)")
     dest.add_argument("--file", help="append NDJSON to this file instead (fsynced before each commit)")
     dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
+
+
+@dataclass(frozen=True)
+class LauncherCommand:
+    """What `olstream kafka|postgres|mirror up|down|status` share around each action: its settings
+    resolved (or printed for --print-config), logging at INFO for the `verbose` actions (warnings
+    only for the others), and a failure to start, stop or read the local server (`failures`) as one
+    line on stderr, exit 1."""
+
+    command: str
+    verbose: tuple[str, ...]
+    failures: tuple[type[Exception], ...] = (OlstreamError,)
+    shown: Callable[[Exception], str] = str
+
+    def register(
+        self, subparsers: argparse._SubParsersAction[Any], helptext: str, actions: Sequence[LauncherAction]
+    ) -> None:
+        """`olstream COMMAND ACTION` for each (action name, help, its settings, what it does)."""
+        add_actions(
+            subparsers,
+            self.command,
+            helptext,
+            [(name, text, s, partial(self.run, settings=s, action=act)) for name, text, s, act in actions],
+        )
+
+    def run(
+        self, args: argparse.Namespace, settings: Sequence[Setting], action: Callable[[Resolved], int]
+    ) -> int:
+        """`action` with the resolved settings; its exit code."""
+        r = resolve_unless_printed(self.command, settings, args)
+        if r is None:
+            return ExitCode.OK
+        name = getattr(args, f"{self.command}_command")
+        setup_logging(r["log_format"], "INFO" if name in self.verbose else "WARNING")
+        try:
+            return action(r)
+        except self.failures as e:
+            print(f"olstream {self.command} {name}: {self.shown(e)}", file=sys.stderr)
+            return ExitCode.FAILED
+
+
+def report_stopped(what: str, data_dir: Path, stopped: Sequence[str]) -> int:
+    """What `down` says: a line per server it stopped, or that none ran for the data dir."""
+    if not stopped:
+        print(f"no {what} running for data dir {data_dir}")
+    for line in stopped:
+        print(line)
+    return ExitCode.OK
 
 
 def resolve_unless_printed(

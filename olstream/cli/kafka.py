@@ -7,41 +7,34 @@ import sys
 import time
 from typing import Any
 
-from olstream.cli.commands import add_actions, resolve_unless_printed
+from olstream.cli.commands import LauncherCommand, report_stopped
 from olstream.infra import kafka_cluster
 from olstream.infra.kafka import BrokerState
 from olstream.infra.kafka_config import KafkaSettings, default_data_dir
 from olstream.infra.settings import KAFKA_DOWN, KAFKA_STATUS, KAFKA_UP, data_dir_of
-from olstream.shared.config import Resolved, Setting
+from olstream.shared.config import Resolved
 from olstream.shared.errors import ExitCode, OlstreamError
-from olstream.shared.logs import setup_logging
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add `kafka up`, `kafka down` and `kafka status`."""
-    add_actions(
+    KAFKA.register(
         subparsers,
-        "kafka",
         "run a local Kafka broker, or a cluster of them (KRaft; jars from Maven Central, Java 17)",
         (
-            ("up", "start the broker(s) that do not run yet", KAFKA_UP, run_up),
-            ("down", "stop the broker(s) started with the same --data-dir", KAFKA_DOWN, run_down),
+            ("up", "start the broker(s) that do not run yet", KAFKA_UP, _up),
+            ("down", "stop the broker(s) started with the same --data-dir", KAFKA_DOWN, _down),
             (
                 "status",
                 "say whether the broker(s) run, their version and addresses",
                 KAFKA_STATUS,
-                run_status,
+                _status,
             ),
         ),
     )
 
 
-def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...]) -> Resolved | None:
-    """The resolved settings, or None after printing them for --print-config."""
-    r = resolve_unless_printed("kafka", settings, args)
-    if r is not None:
-        setup_logging(r["log_format"], "INFO" if args.kafka_command == "up" else "WARNING")
-    return r
+KAFKA = LauncherCommand("kafka", verbose=("up",), failures=(OlstreamError, ValueError))
 
 
 def _broker_settings(r: Resolved) -> KafkaSettings:
@@ -60,17 +53,10 @@ def _pids(nodes: tuple[BrokerState, ...]) -> str:
     return ", ".join(f"node {n.node_id}: pid {n.pid}" for n in nodes)
 
 
-def run_up(args: argparse.Namespace) -> int:
-    r = _resolve(args, KAFKA_UP)
-    if r is None:
-        return ExitCode.OK
+def _up(r: Resolved) -> int:
     settings = _broker_settings(r)
     started = time.monotonic()
-    try:
-        cluster = kafka_cluster.start_cluster(settings)
-    except (OlstreamError, ValueError) as e:
-        print(f"olstream kafka up: {e}", file=sys.stderr)
-        return ExitCode.FAILED
+    cluster = kafka_cluster.start_cluster(settings)
     took = time.monotonic() - started
     if len(cluster.nodes) == 1:
         state = cluster.nodes[0]
@@ -105,34 +91,18 @@ def run_up(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_down(args: argparse.Namespace) -> int:
-    r = _resolve(args, KAFKA_DOWN)
-    if r is None:
-        return ExitCode.OK
+def _down(r: Resolved) -> int:
     data_dir = data_dir_of(r, default_data_dir())
-    try:
-        stopped = kafka_cluster.stop_cluster(data_dir, timeout=r["stop_timeout"])
-    except OlstreamError as e:
-        print(f"olstream kafka down: {e}", file=sys.stderr)
-        return ExitCode.FAILED
-    if not stopped:
-        print(f"no Kafka broker running for data dir {data_dir}")
+    stopped = kafka_cluster.stop_cluster(data_dir, timeout=r["stop_timeout"])
+    lines = []
     for state in stopped:
         node = f" node {state.node_id}" if len(stopped) > 1 or state.node_id != 1 else ""
-        print(f"stopped Kafka {state.version}{node} at {state.bootstrap} (pid {state.pid})")
-    return ExitCode.OK
+        lines.append(f"stopped Kafka {state.version}{node} at {state.bootstrap} (pid {state.pid})")
+    return report_stopped("Kafka broker", data_dir, lines)
 
 
-def run_status(args: argparse.Namespace) -> int:
-    r = _resolve(args, KAFKA_STATUS)
-    if r is None:
-        return ExitCode.OK
-    data_dir = data_dir_of(r, default_data_dir())
-    try:
-        status = kafka_cluster.cluster_status(data_dir)
-    except OlstreamError as e:
-        print(f"olstream kafka status: {e}", file=sys.stderr)
-        return ExitCode.FAILED
+def _status(r: Resolved) -> int:
+    status = kafka_cluster.cluster_status(data_dir_of(r, default_data_dir()))
     print(_describe(status))
     return ExitCode.OK if status.running else ExitCode.NOT_RUNNING
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import Any
 
-from olstream.cli.commands import add_actions, resolve_unless_printed
+from olstream.cli.commands import LauncherCommand, report_stopped
 from olstream.infra import mirror
 from olstream.infra.mirror_settings import (
     MIRROR_DOWN,
@@ -16,16 +15,15 @@ from olstream.infra.mirror_settings import (
     mirror_data_dir,
     mirror_settings,
 )
-from olstream.shared.config import Resolved, Setting
+from olstream.shared.config import Resolved
 from olstream.shared.errors import ExitCode, InfrastructureError
-from olstream.shared.logs import redact, setup_logging
+from olstream.shared.logs import redact
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add `mirror up`, `mirror down` and `mirror status`."""
-    add_actions(
+    MIRROR.register(
         subparsers,
-        "mirror",
         "run a local MirrorMaker 2 replicating topics from a source cluster to a target cluster "
         "(connect-mirror jars from Maven Central)",
         (
@@ -33,20 +31,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                 "up",
                 "start MirrorMaker 2 and wait until it replicates (no-op when it runs)",
                 MIRROR_UP,
-                run_up,
+                _up,
             ),
-            ("down", "stop the MirrorMaker 2 started with the same --data-dir", MIRROR_DOWN, run_down),
-            ("status", "say whether MirrorMaker 2 runs, its clusters and topics", MIRROR_STATUS, run_status),
+            ("down", "stop the MirrorMaker 2 started with the same --data-dir", MIRROR_DOWN, _down),
+            ("status", "say whether MirrorMaker 2 runs, its clusters and topics", MIRROR_STATUS, _status),
         ),
     )
 
 
-def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...]) -> Resolved | None:
-    """The resolved settings, or None after printing them for --print-config."""
-    r = resolve_unless_printed("mirror", settings, args)
-    if r is not None:
-        setup_logging(r["log_format"], "INFO" if args.mirror_command == "up" else "WARNING")
-    return r
+def _shown(e: Exception) -> str:
+    return redact(str(e))  # a client setting's secret may be named in the error
+
+
+MIRROR = LauncherCommand("mirror", verbose=("up",), failures=(InfrastructureError,), shown=_shown)
 
 
 def _flow(state: mirror.MirrorState) -> str:
@@ -55,17 +52,10 @@ def _flow(state: mirror.MirrorState) -> str:
     )
 
 
-def run_up(args: argparse.Namespace) -> int:
-    r = _resolve(args, MIRROR_UP)
-    if r is None:
-        return ExitCode.OK
+def _up(r: Resolved) -> int:
     settings = mirror_settings(r)  # a ConfigError: one line, exit 2
     started = time.monotonic()
-    try:
-        state, fresh = mirror.ensure_mirror(settings)
-    except InfrastructureError as e:
-        print(f"olstream mirror up: {redact(str(e))}", file=sys.stderr)
-        return ExitCode.FAILED
+    state, fresh = mirror.ensure_mirror(settings)
     if fresh:
         print(
             f"MirrorMaker 2 (connect-mirror {state.version}) replicates {_flow(state)}, "
@@ -80,33 +70,16 @@ def run_up(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_down(args: argparse.Namespace) -> int:
-    r = _resolve(args, MIRROR_DOWN)
-    if r is None:
-        return ExitCode.OK
+def _down(r: Resolved) -> int:
     data_dir = mirror_data_dir(r)
-    try:
-        state = mirror.stop_mirror(data_dir, timeout=r["stop_timeout"])
-    except InfrastructureError as e:
-        print(f"olstream mirror down: {e}", file=sys.stderr)
-        return ExitCode.FAILED
-    if state is None:
-        print(f"no MirrorMaker 2 running for data dir {data_dir}")
-    else:
-        print(f"stopped MirrorMaker 2 {_flow(state)} (pid {state.pid})")
-    return ExitCode.OK
+    state = mirror.stop_mirror(data_dir, timeout=r["stop_timeout"])
+    stopped = [] if state is None else [f"stopped MirrorMaker 2 {_flow(state)} (pid {state.pid})"]
+    return report_stopped("MirrorMaker 2", data_dir, stopped)
 
 
-def run_status(args: argparse.Namespace) -> int:
-    r = _resolve(args, MIRROR_STATUS)
-    if r is None:
-        return ExitCode.OK
+def _status(r: Resolved) -> int:
     data_dir = mirror_data_dir(r)
-    try:
-        status = mirror.mirror_status(data_dir)
-    except InfrastructureError as e:
-        print(f"olstream mirror status: {e}", file=sys.stderr)
-        return ExitCode.FAILED
+    status = mirror.mirror_status(data_dir)
     if status.running and status.state is not None:
         s = status.state
         ready = "starting" if s.ready_seconds is None else f"yes (after {s.ready_seconds:.1f} s)"

@@ -37,6 +37,7 @@ from olstream.infra.kafka_tls import (
     write_client_properties,
     write_private,
 )
+from olstream.infra.launcher import Launcher, ServerStatus
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_clients import client_config
 
@@ -69,15 +70,7 @@ class BrokerState:
         return f"{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
-class BrokerStatus:
-    running: bool
-    data_dir: Path
-    state: BrokerState | None
-
-
-def read_state(data_dir: Path) -> BrokerState | None:
-    return process.read_state_file(data_dir / STATE_FILE, BrokerState, "broker")
+BrokerStatus = ServerStatus[BrokerState]
 
 
 def is_our_broker(state: BrokerState) -> bool:
@@ -86,10 +79,9 @@ def is_our_broker(state: BrokerState) -> bool:
     return _children.is_running(state.pid, "kafka.Kafka", config)
 
 
-def broker_status(data_dir: Path) -> BrokerStatus:
-    state = read_state(data_dir)
-    running = state is not None and is_our_broker(state)
-    return BrokerStatus(running=running, data_dir=data_dir, state=state)
+BROKERS = Launcher("broker", STATE_FILE, BrokerState, is_our_broker, _children, log=log)
+read_state = BROKERS.read_state
+broker_status = BROKERS.status
 
 
 def _failure(settings: KafkaSettings, reason: str) -> InfrastructureError:
@@ -237,9 +229,7 @@ def launch(settings: KafkaSettings, java: str, classpath: str) -> BrokerState:
 def abort(states: Sequence[BrokerState]) -> None:
     """Stop nodes this process just launched (a start that failed) and forget their state files."""
     for state in states:
-        process.stop_pid(state.pid, timeout=10)
-        _children.reap(state.pid)
-        (Path(state.data_dir) / STATE_FILE).unlink(missing_ok=True)
+        BROKERS.abandon(state.pid, Path(state.data_dir))
 
 
 def check_ports_free(nodes: Sequence[KafkaSettings]) -> None:
@@ -253,12 +243,9 @@ def start_broker(settings: KafkaSettings) -> tuple[BrokerState, bool]:
     """Start the broker of `settings.data_dir` unless it runs; (state, True when this call started it)."""
     if settings.brokers != 1:
         raise ValueError("start_broker runs one node; kafka_cluster.start_cluster runs several")
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with process.file_lock(settings.data_dir / ".lock"):
-        current = read_state(settings.data_dir)
-        if current is not None and is_our_broker(current):
+    with BROKERS.starting(settings.data_dir) as current:
+        if current is not None:
             return current, False
-        (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
         check_ports_free([settings])
         java, classpath = java_and_classpath(settings.version)
         security = node_security(settings, is_formatted(settings))
@@ -277,16 +264,4 @@ def start_broker(settings: KafkaSettings) -> tuple[BrokerState, bool]:
 
 def stop_broker(data_dir: Path, timeout: float = 30.0) -> BrokerState | None:
     """Stop exactly the broker recorded in `data_dir` (SIGTERM, SIGKILL after `timeout`)."""
-    with process.file_lock(data_dir / ".lock"):
-        state = read_state(data_dir)
-        if state is None:
-            return None
-        if is_our_broker(state):
-            killed = process.stop_pid(state.pid, timeout=timeout)
-            if killed:
-                log.warning("broker pid %d ignored SIGTERM for %.0f s and was killed", state.pid, timeout)
-        else:
-            state = None
-        _children.reap_finished()
-        (data_dir / STATE_FILE).unlink(missing_ok=True)
-        return state
+    return BROKERS.stop(data_dir, timeout)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from olstream.infra import process
 from olstream.infra.kafka_jars import find_executable, find_pom, resolve_with_maven
+from olstream.infra.launcher import Launcher, ServerStatus
 from olstream.infra.mirror_config import (
     MAIN_CLASS,
     MM2_HEADER,
@@ -70,11 +71,7 @@ class MirrorState:
         return None if self.ready_at is None else self.ready_at - self.started_at
 
 
-@dataclass(frozen=True)
-class MirrorStatus:
-    running: bool
-    data_dir: Path
-    state: MirrorState | None
+MirrorStatus = ServerStatus[MirrorState]
 
 
 def pom_path() -> Path:
@@ -93,20 +90,15 @@ def resolve_jars(version: str) -> Path:
     )
 
 
-def read_state(data_dir: Path) -> MirrorState | None:
-    return process.read_state_file(data_dir / STATE_FILE, MirrorState, "MirrorMaker")
-
-
 def _is_ours(state: MirrorState) -> bool:
     """The recorded pid is alive and is the MirrorMaker of this data dir (not a recycled pid)."""
     config = str(Path(state.data_dir) / "config" / "mm2.properties")
     return _children.is_running(state.pid, MAIN_CLASS, config)
 
 
-def mirror_status(data_dir: Path) -> MirrorStatus:
-    state = read_state(data_dir)
-    running = state is not None and _is_ours(state)
-    return MirrorStatus(running=running, data_dir=data_dir, state=state)
+MIRRORS = Launcher("MirrorMaker", STATE_FILE, MirrorState, _is_ours, _children, log=log)
+read_state = MIRRORS.read_state
+mirror_status = MIRRORS.status
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -191,12 +183,9 @@ def _wait_ready(settings: MirrorSettings, child: subprocess.Popen[bytes], watch:
 
 def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
     """Start the MirrorMaker 2 of `settings.data_dir` unless it runs; (state, True when this call did)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with process.file_lock(settings.data_dir / ".lock"):
-        current = read_state(settings.data_dir)
-        if current is not None and _is_ours(current):
+    with MIRRORS.starting(settings.data_dir) as current:
+        if current is not None:
             return current, False
-        (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
         _write_config(settings)
         java = find_executable("java", "JAVA_HOME")
         classpath = str(resolve_jars(settings.version) / "*")
@@ -219,9 +208,7 @@ def ensure_mirror(settings: MirrorSettings) -> tuple[MirrorState, bool]:
         try:
             _wait_ready(settings, child, watch)
         except InfrastructureError:
-            process.stop_pid(child.pid, timeout=10)
-            _children.reap(child.pid)
-            (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
+            MIRRORS.abandon(child.pid, settings.data_dir)
             raise
         state = replace(state, ready_at=time.time())
         process.write_state_file(settings.data_dir / STATE_FILE, state)
@@ -242,17 +229,4 @@ def start_mirror(settings: MirrorSettings) -> MirrorState:
 
 def stop_mirror(data_dir: Path, timeout: float = 30.0) -> MirrorState | None:
     """Stop exactly the MirrorMaker recorded in `data_dir` (SIGTERM, SIGKILL after `timeout`)."""
-    with process.file_lock(data_dir / ".lock"):
-        state = read_state(data_dir)
-        if state is None:
-            return None
-        if _is_ours(state):
-            if process.stop_pid(state.pid, timeout=timeout):
-                log.warning(
-                    "MirrorMaker pid %d ignored SIGTERM for %.0f s and was killed", state.pid, timeout
-                )
-        else:
-            state = None
-        _children.reap_finished()
-        (data_dir / STATE_FILE).unlink(missing_ok=True)
-        return state
+    return MIRRORS.stop(data_dir, timeout)

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from olstream.infra import process
+from olstream.infra.launcher import Launcher, ServerStatus
 from olstream.shared.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
@@ -69,11 +70,7 @@ class PostgresState:
     started_at: float
 
 
-@dataclass(frozen=True)
-class PostgresStatus:
-    running: bool
-    data_dir: Path
-    state: PostgresState | None
+PostgresStatus = ServerStatus[PostgresState]
 
 
 def default_data_dir() -> Path:
@@ -211,10 +208,6 @@ def _postmaster_pid(settings: PostgresSettings) -> int | None:
         return None
 
 
-def read_state(data_dir: Path) -> PostgresState | None:
-    return process.read_state_file(data_dir / STATE_FILE, PostgresState, "PostgreSQL")
-
-
 def _is_our_server(state: PostgresState) -> bool:
     if not process.pid_alive(state.pid):
         return False
@@ -222,9 +215,10 @@ def _is_our_server(state: PostgresState) -> bool:
     return not cmdline or any(str(Path(state.data_dir) / "pgdata") in part for part in cmdline)
 
 
-def server_status(data_dir: Path) -> PostgresStatus:
-    state = read_state(data_dir)
-    return PostgresStatus(running=state is not None and _is_our_server(state), data_dir=data_dir, state=state)
+# SIGINT is PostgreSQL's "fast" shutdown; a stop escalates to SIGKILL after its timeout
+SERVERS = Launcher("PostgreSQL", STATE_FILE, PostgresState, _is_our_server, first_signal=signal.SIGINT)
+read_state = SERVERS.read_state
+server_status = SERVERS.status
 
 
 def _create_database(settings: PostgresSettings) -> None:
@@ -242,12 +236,9 @@ def _create_database(settings: PostgresSettings) -> None:
 
 def start_server(settings: PostgresSettings) -> tuple[PostgresState, bool]:
     """Start the cluster of `settings.data_dir` unless it runs; (state, True when this call started it)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with process.file_lock(settings.data_dir / ".lock"):
-        current = read_state(settings.data_dir)
-        if current is not None and _is_our_server(current):
+    with SERVERS.starting(settings.data_dir) as current:
+        if current is not None:
             return current, False
-        (settings.data_dir / STATE_FILE).unlink(missing_ok=True)
         if not process.port_free(settings.host, settings.port):
             raise InfrastructureError(
                 f"port {settings.host}:{settings.port} is already in use by another process"
@@ -298,17 +289,7 @@ def start_server(settings: PostgresSettings) -> tuple[PostgresState, bool]:
 
 def stop_server(data_dir: Path, timeout: float = 30.0) -> PostgresState | None:
     """Stop exactly the server recorded in `data_dir` (fast shutdown by pid; SIGKILL after `timeout`)."""
-    with process.file_lock(data_dir / ".lock"):
-        state = read_state(data_dir)
-        if state is None:
-            return None
-        stopped: PostgresState | None = None
-        if _is_our_server(state):
-            # SIGINT is PostgreSQL's "fast" shutdown; stop_pid escalates to SIGKILL.
-            process.stop_pid(state.pid, timeout=timeout, first_signal=signal.SIGINT)
-            stopped = state
-        (data_dir / STATE_FILE).unlink(missing_ok=True)
-        return stopped
+    return SERVERS.stop(data_dir, timeout)
 
 
 def _with_database(url: str, database: str) -> str:
