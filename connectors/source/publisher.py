@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import Counter, Gauge
 
+from olstream.connectors.source.framing import RowFraming
 from olstream.connectors.source.rowcheck import Headers, RowChecker
 from olstream.contract import topics
 from olstream.contract.placement import Placement
@@ -106,9 +107,13 @@ class Publisher:
         check_bodies: bool = True,
         offsets_topic: str | None = None,
         max_record_bytes: int = topics.MAX_MESSAGE_BYTES,
+        reframe: RowFraming | None = None,
     ) -> None:
         self._producer = producer
         self._max_record_bytes = max_record_bytes
+        # `confluent` wire format: each good row re-framed with its schema id; markers null values
+        self._reframe = reframe
+        self._marker_value: bytes | None = b"" if reframe is None else None
         self._topic = topic
         self._errors_topic = errors_topic
         self._transactional = transactional
@@ -179,7 +184,7 @@ class Publisher:
                     return done
                 run = []
                 append = run.append
-            append((row, headers))
+            append((row, headers) if self._reframe is None else (self._reframe.row(row), headers))
         if run:
             handed = produce_run(run)
             done += handed
@@ -347,7 +352,7 @@ class Publisher:
         ]
         # the marker where the log partition's records go (its placement); the copy by key
         for topic, value, message_headers, kafka_partition in (
-            (self._topic, b"", marker, self._placement.kafka_partition(row.partition)),
+            (self._topic, self._marker_value, marker, self._placement.kafka_partition(row.partition)),
             (self._errors_topic, copy, headers, PARTITION_BY_KEY),
         ):
             produce(

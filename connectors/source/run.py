@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from olstream.connectors.source.framing import RowFraming, register_schemas
 from olstream.connectors.source.publisher import (
     ERRORS,
     PARTITION_LAG,
@@ -38,6 +39,7 @@ from olstream.shared.idle import QuietPeriod
 from olstream.shared.kafka_admin import check_connection, ensure_topic, fit_limit
 from olstream.shared.kafka_clients import LIBRDKAFKA_LOG
 from olstream.shared.metrics import set_health
+from olstream.shared.schema_registry import SchemaRegistry
 
 if TYPE_CHECKING:
     from olstream.connectors.source.settings import SourceSettings
@@ -69,6 +71,7 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
         raise ConfigError(f"cannot open the event log: {e}") from e
     try:
         check_broker(settings)
+        framing = _registered(settings)  # before anything is published: a refused schema stops here
         sized = topics.size_config(settings.max_record_bytes)
         partitions = settings.partitions or max(1, len(store.partitions()))  # default: the log's count
         for topic in (settings.topic, settings.errors_topic):
@@ -131,11 +134,20 @@ def run_source(settings: SourceSettings, stop: threading.Event) -> int:
                     settings.topic,
                 )
         log.info("resuming after %s", {p: start.get(p, -1) for p in store.partitions()})
-        loop = _SourceLoop(settings, store, producer, start, stop, resume.placement)
+        loop = _SourceLoop(settings, store, producer, start, stop, resume.placement, framing)
         errors.target = loop.publisher.on_kafka_error
         return loop.run()
     finally:
         store.close()
+
+
+def _registered(settings: SourceSettings) -> RowFraming | None:
+    """With --schema-registry: the schemas registered (SchemaRefused names a refused one) and, for
+    `--wire-format confluent`, the re-framing by their ids."""
+    if settings.schema_registry is None:
+        return None
+    registry = SchemaRegistry(settings.schema_registry)
+    return register_schemas(registry, settings.topic, settings.schema_compatibility, settings.wire_format)
 
 
 class _ErrorForwarder:
@@ -162,6 +174,7 @@ class _SourceLoop:
         start: dict[int, int],
         stop: threading.Event,
         placement: Placement,
+        framing: RowFraming | None = None,
     ) -> None:
         self._s = settings
         self._store = store
@@ -177,6 +190,7 @@ class _SourceLoop:
             check_bodies=settings.check_bodies,
             offsets_topic=settings.offsets_topic,
             max_record_bytes=settings.max_record_bytes,
+            reframe=framing,
         )
         self.publisher.set_acked(start)
         self._tailer = LogTailer(store, start, settings.tailer, on_gap=self._gap)

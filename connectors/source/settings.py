@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from olstream.connectors.source.tailer import TailerSettings
 from olstream.contract import topics
+from olstream.contract.framing import CONFLUENT, SINGLE_OBJECT, WIRE_FORMATS
 from olstream.eventlog.settings import LOG_URL
 from olstream.shared import deadletter
 from olstream.shared.config import (
@@ -34,7 +35,18 @@ from olstream.shared.kafka_settings import (
     connection_settings,
     replication_of,
 )
+from olstream.shared.schema_registry import (
+    COMPATIBILITY_LEVELS,
+    SCHEMA_REGISTRY_SETTINGS,
+    RegistryConnection,
+    registry_connection_of,
+)
 from olstream.shared.stopping import STOP_TIMEOUT
+
+
+def _compatibility_level(v: str) -> str | None:
+    return None if v in COMPATIBILITY_LEVELS else f"must be one of {', '.join(COMPATIBILITY_LEVELS)}"
+
 
 SOURCE_SETTINGS = (
     LOG_URL,
@@ -121,6 +133,21 @@ SOURCE_SETTINGS = (
         env="OLSTREAM_SOURCE_MAX_RECORD_BYTES",
         check=at_least(deadletter.COPY_LIMIT),
     ),
+    *SCHEMA_REGISTRY_SETTINGS,
+    Setting(
+        "wire_format",
+        SINGLE_OBJECT,
+        "records-topic values: single-object (the stored bytes: C3 01 + fingerprint) or confluent "
+        "(00 + the registry's schema id; needs --schema-registry)",
+        choices=WIRE_FORMATS,
+    ),
+    Setting(
+        "schema_compatibility",
+        "BACKWARD",
+        "with --schema-registry: the compatibility rule set on each subject of the records topic",
+        parse=str.upper,
+        check=_compatibility_level,
+    ),
     STOP_TIMEOUT,
     METRICS_PORT,
     METRICS_HOST,
@@ -152,6 +179,9 @@ class SourceSettings:
     log_level: str = _D["log_level"]
     kafka: KafkaConnection | None = None  # None: PLAINTEXT to `bootstrap`
     replication: Replication = field(default_factory=Replication)
+    schema_registry: RegistryConnection | None = None  # None: no registry
+    wire_format: str = _D["wire_format"]
+    schema_compatibility: str = _D["schema_compatibility"]
 
     @property
     def connection(self) -> KafkaConnection:
@@ -181,6 +211,9 @@ def resolve_source_settings(
     if not r["errors_topic"]:
         r = r.with_value("errors_topic", topics.errors_topic_of(r["topic"]), "default (<topic>.errors)")
     kafka, r = connection_settings(r)
+    registry = registry_connection_of(r)
+    if r["wire_format"] == CONFLUENT and registry is None:
+        raise ConfigError("--wire-format confluent needs --schema-registry URL (the ids are the registry's)")
     settings = SourceSettings(
         log_url=r["log_url"],
         bootstrap=r["bootstrap"],
@@ -202,5 +235,8 @@ def resolve_source_settings(
         log_level=r["log_level"],
         kafka=kafka,
         replication=replication_of(r),
+        schema_registry=registry,
+        wire_format=r["wire_format"],
+        schema_compatibility=r["schema_compatibility"],
     )
     return settings, r

@@ -14,6 +14,7 @@ from olstream.shared.errors import MissingExtraError
 
 EXTRA_OF: dict[str, str] = {
     "graphviz": "local",  # olstream graph, and olstream demo's picture
+    "authlib": "schema-registry",  # --schema-registry: confluent-kafka's SchemaRegistryClient
 }
 """A module (its top-level name) that only an extra installs -> the extra."""
 

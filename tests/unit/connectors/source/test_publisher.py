@@ -151,3 +151,44 @@ def test_transactional_id_is_stable_per_topic_and_log_and_hides_credentials() ->
     assert a.transactional_id == b.transactional_id != c.transactional_id
     assert "secret" not in a.transactional_id
     assert a.transactional_id.startswith("olstream-source-olstream.eventlog-")
+
+
+def test_wire_format_and_registry_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OLSTREAM_SCHEMA_REGISTRY", "OLSTREAM_WIRE_FORMAT", "OLSTREAM_SCHEMA_COMPATIBILITY"):
+        monkeypatch.delenv(name, raising=False)
+    s = settings_from_args(parse("--log", "sqlite:///x.db"))
+    assert (s.schema_registry, s.wire_format, s.schema_compatibility) == (None, "single-object", "BACKWARD")
+    with pytest.raises(ConfigError, match="--wire-format confluent needs --schema-registry"):
+        settings_from_args(parse("--log", "sqlite:///x.db", "--wire-format", "confluent"))
+    with pytest.raises(ConfigError, match="needs --schema-registry"):
+        settings_from_args(parse("--log", "sqlite:///x.db", "--schema-registry-user-info", "u:p"))
+    s = settings_from_args(
+        parse(
+            "--log", "sqlite:///x.db", "--wire-format", "confluent", "--schema-compatibility", "full",
+            "--schema-registry", "https://sr:8081/", "--schema-registry-user-info", "u:s3cret",
+        )
+    )  # fmt: skip
+    assert s.wire_format == "confluent" and s.schema_compatibility == "FULL"
+    assert s.schema_registry is not None and s.schema_registry.url == "https://sr:8081"
+    conf = s.schema_registry.client_config()
+    assert conf["basic.auth.user.info"] == "u:s3cret" and conf["basic.auth.credentials.source"] == "USER_INFO"
+    assert "s3cret" not in repr(s.schema_registry)
+    with pytest.raises(ConfigError, match="BACKWARD, "):
+        settings_from_args(parse("--log", "sqlite:///x.db", "--schema-compatibility", "sideways"))
+    with pytest.raises(ConfigError, match="user:password"):
+        settings_from_args(
+            parse("--log", "x.db", "--schema-registry", "http://r", "--schema-registry-user-info", "u")
+        )
+
+
+def test_confluent_rows_carry_the_schema_id_and_the_same_body() -> None:
+    from olstream.connectors.source.framing import RowFraming
+    from olstream.contract import framing
+
+    row = row_for(started())
+    fp = codec.fingerprint_of("RunStarted")
+    out = RowFraming({fp: 12}).row(row)
+    assert (out.partition, out.offset) == (row.partition, row.offset)
+    assert out.payload == framing.to_confluent(row.payload, 12)
+    with pytest.raises(ConfigError, match="partition 3, offset 17"):
+        RowFraming({}).row(row)
