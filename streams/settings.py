@@ -31,6 +31,11 @@ from olstream.shared.kafka_settings import (
     connection_settings,
     replication_of,
 )
+from olstream.shared.schema_registry import (
+    SCHEMA_REGISTRY_SETTINGS,
+    RegistryConnection,
+    registry_connection_of,
+)
 from olstream.shared.stopping import STOP_TIMEOUT
 from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
@@ -153,6 +158,7 @@ WORKER_SETTINGS = (
         parse=int,
         check=at_least(deadletter.COPY_LIMIT),
     ),
+    *SCHEMA_REGISTRY_SETTINGS,  # resolves the schema ids of `confluent`-framed records
     STOP_TIMEOUT,
     METRICS_PORT,
     METRICS_HOST,
@@ -193,6 +199,7 @@ class WorkerSettings:
     log_level: str = _D["log_level"]
     kafka: KafkaConnection | None = None  # None: PLAINTEXT to `bootstrap`
     replication: Replication = field(default_factory=Replication)
+    schema_registry: RegistryConnection | None = None  # None: a confluent-framed record exits CONFIG
 
     @property
     def connection(self) -> KafkaConnection:
@@ -248,5 +255,6 @@ def resolve_worker_settings(
         log_level=r["log_level"],
         kafka=kafka,
         replication=replication_of(r),
+        schema_registry=registry_connection_of(r),
     )
     return settings, r

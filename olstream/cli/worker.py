@@ -10,10 +10,10 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from olstream.shared.config import add_flags, add_print_config, print_config
-from olstream.shared.errors import ExitCode, InfrastructureError, KafkaAuthError
+from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
-from olstream.streams.settings import WORKER_SETTINGS, resolve_worker_settings
+from olstream.streams.settings import WORKER_SETTINGS, WorkerSettings, resolve_worker_settings
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ def main(args: argparse.Namespace) -> int:
     except (KafkaException, InfrastructureError) as e:  # Kafka unreachable at start: nothing was done
         log.error("Kafka at %s: %s", settings.bootstrap, e)
         return ExitCode.CONFIG
+    code = _configure_framing(settings)
+    if code != ExitCode.OK:
+        return code
     sa = build_app(settings, partitions)
     stream_worker = attach(sa)
     if settings.metrics_port:
@@ -71,3 +74,18 @@ def main(args: argparse.Namespace) -> int:
         if stream_worker.reader.close():  # the reader's thread no longer touches the directory's store
             stream_worker.starts.close()
     return 0
+
+
+def _configure_framing(settings: WorkerSettings) -> ExitCode:
+    """Both wire formats of the input, with the local schemas' ids resolved now (docs/contract.md)."""
+    from olstream.streams.framed_input import configure
+
+    try:
+        configure(settings.schema_registry, settings.input_topic)
+    except ConfigError as e:
+        log.error("%s", e)
+        return ExitCode.CONFIG
+    except InfrastructureError as e:  # the registry does not answer: nothing was done
+        log.error("%s", e)
+        return ExitCode.SCHEMA_REGISTRY
+    return ExitCode.OK

@@ -76,6 +76,7 @@ class ExitCode(IntEnum):
     INPUT_GREW = 76
     KAFKA_REFUSED = 77
     FENCED = 78
+    SCHEMA_REGISTRY = 79
     STOP_TIMEOUT = 124
     INTERRUPTED = 130
 
@@ -105,6 +106,10 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     "transactional id of one of its input partitions (the group had dropped it: a pause longer than "
     "the session timeout), dropped its batch, and no rebalance gave it partitions again within 120 s; "
     "nothing it sent after the fence is visible to a read_committed reader; restart it",
+    ExitCode.SCHEMA_REGISTRY: "the worker read a `confluent`-framed record whose schema id its "
+    "`--schema-registry` does not hold (another registry's id), or could not reach the registry to "
+    "resolve one: it left at once, with nothing past the last checkpoint committed and no error record; "
+    "restart it with the registry the source registered with (or one that keeps its ids)",
     ExitCode.STOP_TIMEOUT: "a service was still running `--stop-timeout` seconds (default 30) after the "
     "first SIGTERM/SIGINT (a stuck agent, a flush or shutdown that does not end): it left at once, as "
     "`kill -9` would, with nothing more committed; a restart processes the uncommitted input again",

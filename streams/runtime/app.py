@@ -36,6 +36,7 @@ from olstream.shared.kafka_clients import (
 )
 from olstream.shared.kafka_settings import Replication
 from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
+from olstream.streams.runtime.input_codec import SingleObjectValues
 from olstream.streams.runtime.topology import changelog_topic, match_changelog
 from olstream.streams.settings import WorkerSettings
 
@@ -202,7 +203,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
-        value_serializer="raw",
+        value_serializer=SingleObjectValues(settings.input_topic),  # both wire formats, as single-object
         partitions=partitions,
         internal=False,
         acks=False,  # faust never acks, gap-fills or commits the input: the worker's checkpoint does

@@ -26,6 +26,7 @@ from typing import Any
 from olstream.contract import wire
 from olstream.shared.kafka_admin import retrying, topic_identity, topic_retention_ms
 from olstream.shared.kafka_clients import Kafka, consumer_config
+from olstream.streams.framed_input import single_object_or_exit
 from olstream.streams.run_directory import Heads, Position, Progress, RunDirectory, start_position
 from olstream.streams.runtime import app as m
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
@@ -133,7 +134,8 @@ def read_position(msg: Any) -> Position | None:
         return None
     if kind != _RUN_STARTED:
         return Position(p, o)
-    value = msg.value()
+    where = f"{msg.topic()} partition {msg.partition()} offset {msg.offset()}"
+    value = single_object_or_exit(msg.value(), where)  # a confluent-framed one as its single-object bytes
     if not value:
         return Position(p, o)
     heads = heads_raw if isinstance(heads_raw, bytes) else None
