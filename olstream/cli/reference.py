@@ -40,6 +40,7 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "postgres down": ("postgres", infra.POSTGRES_DOWN),
     "postgres status": ("postgres", infra.POSTGRES_STATUS),
     "marquez up|down|status": ("marquez", infra.MARQUEZ),
+    "registry up|down|status": ("registry", infra.REGISTRY),
     "demo": ("demo", infra.DEMO),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""

@@ -1,4 +1,5 @@
-"""The local tools: `olstream demo`, `olstream graph` and `olstream marquez up|down|status`.
+"""The local tools: `olstream demo`, `olstream graph`, `olstream marquez up|down|status` and
+`olstream registry up|down|status`.
 
 They use the local launchers (`olstream/infra/`); the demo's picture and the graph need the extra
 `local` (`pip install 'olstream[local]'`), which `olstream/shared/extras.py` names when it is missing.
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import add_actions, resolve_unless_printed
-from olstream.infra.settings import DEMO, MARQUEZ, local_postgres
+from olstream.infra.settings import DEMO, MARQUEZ, REGISTRY, data_dir_of, local_postgres
 from olstream.shared.config import add_flags, add_print_config, print_config, resolve
 from olstream.shared.errors import ExitCode, MissingExtraError, OlstreamError
 from olstream.shared.logs import setup_logging
@@ -24,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     _register_demo(subparsers)
     _register_graph(subparsers)
     _register_marquez(subparsers)
+    _register_registry(subparsers)
 
 
 def _register_demo(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -121,5 +123,47 @@ def _run_marquez(args: argparse.Namespace) -> int:
             print(marquez.status(settings))
     except OlstreamError as e:
         print(f"olstream marquez {args.marquez_command}: {e}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def _register_registry(subparsers: argparse._SubParsersAction[Any]) -> None:
+    add_actions(
+        subparsers,
+        "registry",
+        "run a local Apicurio Registry, a Confluent-compatible Schema Registry (Maven Central, Java 17; "
+        "in-memory)",
+        (
+            ("up", "start it (no-op when running), print its URL", REGISTRY, _run_registry),
+            ("down", "stop the registry of --data-dir", REGISTRY, _run_registry),
+            ("status", "say whether it runs (exit 3 when not)", REGISTRY, _run_registry),
+        ),
+    )
+
+
+def _run_registry(args: argparse.Namespace) -> int:
+    from olstream.infra import registry
+
+    r = resolve_unless_printed("registry", REGISTRY, args)
+    if r is None:
+        return ExitCode.OK
+    setup_logging(r["log_format"], "INFO")
+    settings = registry.RegistrySettings(
+        port=r["port"],
+        data_dir=data_dir_of(r, registry.default_data_dir()),
+        version=r["version"],
+        start_timeout=r["timeout"],
+    )
+    try:
+        if args.registry_command == "up":
+            print(registry.up(settings))
+        elif args.registry_command == "down":
+            print("stopped" if registry.down(settings) else "not running")
+        else:
+            state = registry.status(settings)
+            print(state or "not running")
+            return ExitCode.OK if state else ExitCode.NOT_RUNNING
+    except OlstreamError as e:
+        print(f"olstream registry {args.registry_command}: {e}", file=sys.stderr)
         return ExitCode.FAILED
     return ExitCode.OK

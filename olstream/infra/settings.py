@@ -1,7 +1,7 @@
-"""Settings of the local-infrastructure commands and tools (kafka, postgres, marquez, demo).
+"""Settings of the local-infrastructure commands and tools (kafka, postgres, marquez, registry, demo).
 
 Declared once, resolved by the shared resolver like every service's: flags > environment >
-the --config file (sections `kafka:`, `postgres:`, `marquez:`, `demo:`) > defaults.
+the --config file (sections `kafka:`, `postgres:`, `marquez:`, `registry:`, `demo:`) > defaults.
 A data directory left unset is the command's own folder under `$XDG_STATE_HOME/olstream/`.
 The operations commands' settings (status, errors, explain) are in `olstream/operations/settings.py`.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from olstream.eventlog.settings import parse_base_time
-from olstream.infra import marquez, postgres
+from olstream.infra import marquez, postgres, registry
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, MAX_BROKERS, PLAINTEXT, SECURITY_MODES
 from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
 from olstream.shared.config import (
@@ -122,6 +122,19 @@ MARQUEZ = (
         "marquez-api) [none: Maven resolves it]",
         env="OLSTREAM_MARQUEZ_JAR",
     ),
+    LOG_FORMAT,
+)
+
+REGISTRY = (
+    _data_dir("OLSTREAM_REGISTRY_DATA_DIR", "schema registry (its pid and log; the schemas are in memory)"),
+    _port(registry.DEFAULT_PORT, "OLSTREAM_REGISTRY_PORT", "HTTP port (the ccompat API at /apis/ccompat/v7)"),
+    Setting(
+        "version",
+        registry.DEFAULT_VERSION,
+        "Apicurio Registry release (from Maven Central; 2.6 runs on Java 17)",
+        env="OLSTREAM_REGISTRY_VERSION",
+    ),
+    _timeout(120.0, "up: seconds to wait for the API; down: before SIGKILL"),
     LOG_FORMAT,
 )
 
