@@ -23,8 +23,8 @@ same on any worker, replica, region or replay, whenever it is asked:
 
 A parent is resolved to its state by the worker's own transition (``state.start``) over the
 directory, with the parent's own heads: a child waits while its parent waits (`NotCovered`). A
-start without heads (an older source, another producer) is resolved as the worker always did: from
-its own log partition only, among the starts before it.
+start without heads (an older source, another producer) says nothing of how far the other log
+partitions must be read: it is resolved from its own log partition only, among the starts before it.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ DEFAULT_PARENT_RETENTION_MS = 30 * 24 * 3_600_000
 """Record time a parent stays visible to its children by default: 30 days."""
 RESOLVED_CACHE_SIZE = 5_000
 """Parents' resolved states kept (resolving again gives the same state: the cache only saves time).
-Siblings start close together: over a simulated workload of 100,000 runs a cache of 1,000 resolved
-each parent once, as one of 50,000 did (docs/benchmarks.md "Memory")."""
+Siblings start close together, so a cache far smaller than the directory already resolves each parent
+about once (docs/benchmarks.md "Memory" has the figures)."""
 
 Heads = dict[int, int]
 

@@ -108,7 +108,8 @@ def _status(r: Resolved) -> int:
 
 
 def _describe(status: kafka_cluster.ClusterStatus) -> str:
-    """One broker: as it always was. Several: a summary, then a line per node."""
+    """One broker: the short form (running, version, address, pid). Several: a summary, then a line
+    per node."""
     nodes = status.nodes
     lines = []
     if len(nodes) == 1 and nodes[0].data_dir == status.data_dir:

@@ -5,12 +5,12 @@ Each service keeps its own signal handling (the source's `signal.signal` handler
 faust's `loop.add_signal_handler`); `install_stop_deadline` chains onto whatever Python-level handler
 is installed when it is called, so it must be called after the service installed its own:
 
-- a handler set with `signal.signal` is called after the deadline is armed, as before;
+- a handler set with `signal.signal` is chained, not replaced: it is called once the deadline is armed;
 - asyncio's `add_signal_handler` leaves a no-op Python-level handler and dispatches through its
   wakeup fd, which is written by the C-level handler whatever the Python-level one is: asyncio still
   sees the signal;
-- a default action (`SIG_DFL`) is taken as before; an ignored signal (`SIG_IGN`) stays ignored and
-  arms nothing.
+- a default action (`SIG_DFL`) is still taken once the deadline is armed; an ignored signal
+  (`SIG_IGN`) stays ignored and arms nothing.
 
 The deadline runs on a daemon thread started at install time; the signal handler only sets a flag and
 an event, so it works while the main thread or the event loop is stuck (in a blocking call, a loop

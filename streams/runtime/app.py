@@ -222,7 +222,7 @@ class StreamWorkerProcess(faust.Worker):
 
     mode installs its SIGTERM/SIGINT handlers with `loop.add_signal_handler` in
     `install_signal_handlers` (from the worker's first start); the deadline is chained right after,
-    so that faust still sees the signal and stops as before, and the process leaves with
+    so that faust still sees the signal and runs its own stop, and the process leaves with
     `STOP_TIMEOUT` when that stop does not end within `--stop-timeout` (an agent that never
     returns, a rebalance or shutdown that waits forever for acks). Checked again once the app has
     started, in case anything installed handlers over it meanwhile.
@@ -260,8 +260,9 @@ class StreamWorkerProcess(faust.Worker):
 
 # The cyclic garbage collector's thresholds in the worker (CPython's are 700, 10, 10). Nearly every
 # object the worker frees is freed by reference counting; with the defaults a full collection, which
-# walks every live object (faust, the caches), ran every 2 s and took 4-6% of the worker's time
-# (docs/benchmarks.md "Worker"). The worker's records still free cycles, only in fewer passes.
+# walks every live object (faust, the caches), would run every few seconds and cost a measurable
+# share of the worker's time (docs/benchmarks.md "Worker"). The worker's records still free cycles,
+# only in fewer passes.
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
@@ -300,9 +301,9 @@ def drop_monitor_sensor(app: Any) -> None:
     """Take faust's Monitor off the app's sensors (public API: ``app.sensors``, ``app.monitor``).
 
     The Monitor keeps per-event statistics for faust's web pages, which the worker does not serve
-    (``web_enabled=False``; its metrics are olstream's own); its callbacks for every event took
-    about 4% of the worker's time (docs/worker.md). faust adds it when the app starts, before any
-    agent runs; faust's own direct calls to ``app.monitor`` go on as before.
+    (``web_enabled=False``; its metrics are olstream's own), yet its callbacks run for every event
+    (their cost: docs/worker.md). faust adds it when the app starts, before any agent runs; faust's
+    own direct calls to ``app.monitor`` still reach it: only its callbacks as a sensor are dropped.
     """
     monitor = app.monitor
     if monitor in set(app.sensors):

@@ -10,7 +10,7 @@ class TurnLock:
 
     A record whose processing never awaits may skip taking a free lock: acquiring and releasing it
     at once would let nothing else run in between. The lock is fair (asyncio's), so a checkpoint or
-    rebalance hook that waits for it makes it not free, and records then queue behind it as before.
+    rebalance hook that waits for it makes it not free, and records then take it and queue behind it.
     """
 
     def __init__(self) -> None:
