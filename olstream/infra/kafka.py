@@ -37,7 +37,7 @@ from olstream.infra.kafka_tls import (
     write_client_properties,
     write_private,
 )
-from olstream.infra.launcher import Launcher, ServerStatus
+from olstream.infra.launcher import Launcher, ServerStatus, runs_java
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_clients import client_config
 
@@ -73,12 +73,7 @@ class BrokerState:
 BrokerStatus = ServerStatus[BrokerState]
 
 
-def is_our_broker(state: BrokerState) -> bool:
-    """The recorded pid is alive and is the broker of this data dir (not a recycled pid)."""
-    config = str(Path(state.data_dir) / "config" / "server.properties")
-    return _children.is_running(state.pid, "kafka.Kafka", config)
-
-
+is_our_broker = runs_java(_children, "kafka.Kafka", "config/server.properties")
 BROKERS = Launcher("broker", STATE_FILE, BrokerState, is_our_broker, _children, log=log)
 read_state = BROKERS.read_state
 broker_status = BROKERS.status

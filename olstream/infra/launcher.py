@@ -20,13 +20,26 @@ from olstream.infra import process
 
 
 class Recorded(Protocol):
-    """A state file's contents: at least the server's pid."""
+    """A state file's contents: at least the server's pid and its data dir."""
 
     @property
     def pid(self) -> int: ...
 
+    @property
+    def data_dir(self) -> str: ...
+
 
 S = TypeVar("S", bound=Recorded)
+
+
+def runs_java(children: process.ChildProcesses, main_class: str, config: str) -> Callable[[Recorded], bool]:
+    """`is_ours` of a JVM server: the recorded pid is alive and runs `main_class` with the data dir's
+    `config` file (not a pid the system gave to something else since)."""
+
+    def is_ours(state: Recorded) -> bool:
+        return children.is_running(state.pid, main_class, str(Path(state.data_dir) / config))
+
+    return is_ours
 
 
 @dataclass(frozen=True)

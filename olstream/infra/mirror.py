@@ -19,7 +19,7 @@ from pathlib import Path
 
 from olstream.infra import process
 from olstream.infra.kafka_jars import find_executable, find_pom, resolve_with_maven
-from olstream.infra.launcher import Launcher, ServerStatus
+from olstream.infra.launcher import Launcher, ServerStatus, runs_java
 from olstream.infra.mirror_config import (
     MAIN_CLASS,
     MM2_HEADER,
@@ -90,13 +90,14 @@ def resolve_jars(version: str) -> Path:
     )
 
 
-def _is_ours(state: MirrorState) -> bool:
-    """The recorded pid is alive and is the MirrorMaker of this data dir (not a recycled pid)."""
-    config = str(Path(state.data_dir) / "config" / "mm2.properties")
-    return _children.is_running(state.pid, MAIN_CLASS, config)
-
-
-MIRRORS = Launcher("MirrorMaker", STATE_FILE, MirrorState, _is_ours, _children, log=log)
+MIRRORS = Launcher(
+    "MirrorMaker",
+    STATE_FILE,
+    MirrorState,
+    runs_java(_children, MAIN_CLASS, "config/mm2.properties"),
+    _children,
+    log=log,
+)
 read_state = MIRRORS.read_state
 mirror_status = MIRRORS.status
 
