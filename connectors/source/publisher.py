@@ -203,13 +203,17 @@ class Publisher:
             self._inflight[partition] = deque()
         kp = self._kafka_partitions[partition]
         producer, topic, wait = self._producer, self._topic, self._wait_for_room
+        send = producer.produce  # the hot path calls librdkafka directly; a full queue goes to `produce`
         last = len(run) - 1
         for i in range(last):
             row, headers = run[i]
-            if not produce(producer, topic, key, row.payload, headers, kp, wait=wait):
-                if i:
-                    self.produced[partition] = run[i - 1][0].offset
-                return i  # the rows handed over are flushed, just not counted as acked
+            try:
+                send(topic, row.payload, key, kp, headers=headers)
+            except BufferError:
+                if not produce(producer, topic, key, row.payload, headers, kp, wait=wait):
+                    if i:
+                        self.produced[partition] = run[i - 1][0].offset
+                    return i  # the rows handed over are flushed, just not counted as acked
         row, headers = run[last]
         if not produce(producer, topic, key, row.payload, headers, kp, self._delivered, wait=wait):
             if last:

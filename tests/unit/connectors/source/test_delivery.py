@@ -149,3 +149,56 @@ def test_a_row_above_the_limit_goes_to_the_errors_topic_bounded_and_the_rest_goe
         assert h[deadletter.SIZE] == str(len(row.payload)).encode()
         assert h[deadletter.DIGEST] == hashlib.sha256(row.payload).hexdigest().encode()
         assert f"row of {len(row.payload)} bytes, above the limit {limit}" in str(h[deadletter.ERROR_DETAIL])
+
+
+class FullEveryOtherTime(RecordingProducer):
+    """librdkafka's queue is full on every other produce call, until a poll serves reports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.polls = 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.calls % 2:
+            raise BufferError("Local: Queue full")
+        super().produce(*args, **kwargs)
+
+    def poll(self, _timeout: float = 0) -> int:
+        self.polls += 1
+        return super().poll(_timeout)
+
+
+def test_a_full_queue_is_waited_out_and_every_message_is_produced_once_in_order() -> None:
+    rows = [good(0, 0), good(0, 1), good(0, 2), good(1, 0), StoredRow(1, 1, b"junk"), good(1, 2)]
+    sent = {}
+    for producer in (RecordingProducer(), FullEveryOtherTime()):
+        publisher = Publisher(
+            producer, "t", "t.errors", transactional=False, placement=MODULO_2, offsets_topic="o"
+        )  # type: ignore[arg-type]
+        assert publisher.publish(rows) == len(rows)
+        publisher.checkpoint({0: 2, 1: 2})
+        publisher.flush()
+        assert publisher.acked == {0: 2, 1: 2} and publisher.errors == 1
+        sent[type(producer)] = [
+            (m.topic, m.key(), m.headers, m.partition, wants) for m, wants in producer.sent
+        ]
+    full = FullEveryOtherTime
+    assert sent[full] == sent[RecordingProducer] and len(sent[full]) == 9
+
+
+def test_a_stop_asked_while_the_queue_is_full_leaves_the_rest_of_the_run_unproduced() -> None:
+    class AlwaysFull(RecordingProducer):
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            if len(self.sent) >= 2:
+                raise BufferError("Local: Queue full")
+            super().produce(*args, **kwargs)
+
+    producer = AlwaysFull()
+    stops = iter([False, True])
+    publisher = Publisher(
+        producer, "t", "t.errors", transactional=False, placement=MODULO_2, should_stop=lambda: next(stops)
+    )  # type: ignore[arg-type]
+    assert publisher.publish([good(0, 0), good(0, 1), good(0, 2), good(0, 3)]) == 2
+    assert publisher.produced == {0: 1} and len(producer.sent) == 2
