@@ -123,6 +123,23 @@ def _selection(args: argparse.Namespace) -> Selection:
     return Selection(args.reason, args.partition, args.from_offset, args.to_offset, since, until)
 
 
+def _chosen(args: argparse.Namespace, settings: tuple[Setting, ...] = STATUS) -> list[Any] | int:
+    """The records of `--topic` the flags select; an exit code instead when there are none to show
+    (settings printed, Kafka refused or unreachable, nothing matches)."""
+    records = _read(args, [args.topic], settings)
+    if isinstance(records, int):
+        return records
+    if args.print_config:
+        return ExitCode.OK
+    selection = _selection(args)
+    chosen = [r for r in records if selection.matches(r)]
+    if not chosen:
+        what = f"olstream errors {args.errors_command}"
+        print(f"{what}: no record of {args.topic} matches the selection", file=sys.stderr)
+        return ExitCode.CONFIG
+    return chosen
+
+
 def _run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -165,16 +182,9 @@ def _run_show(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("olstream errors show: --limit must be at least 1", file=sys.stderr)
         return ExitCode.CONFIG
-    records = _read(args, [args.topic])
-    if isinstance(records, int):
-        return records
-    if args.print_config:
-        return ExitCode.OK
-    selection = _selection(args)
-    chosen = [r for r in records if selection.matches(r)]
-    if not chosen:
-        print(f"olstream errors show: no record of {args.topic} matches the selection", file=sys.stderr)
-        return ExitCode.CONFIG
+    chosen = _chosen(args)
+    if isinstance(chosen, int):
+        return chosen
     if args.raw is not None:
         if len(chosen) != 1:
             print(
@@ -196,16 +206,9 @@ def _run_redrive(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         print(f"{what}: --max-attempts must be at least 1", file=sys.stderr)
         return ExitCode.CONFIG
-    records = _read(args, [args.topic], ERRORS_REDRIVE)
-    if isinstance(records, int):
-        return records
-    if args.print_config:
-        return ExitCode.OK
-    selection = _selection(args)
-    chosen = [r for r in records if selection.matches(r)]
-    if not chosen:
-        print(f"{what}: no record of {args.topic} matches the selection", file=sys.stderr)
-        return ExitCode.CONFIG
+    chosen = _chosen(args, ERRORS_REDRIVE)
+    if isinstance(chosen, int):
+        return chosen
     r = resolve_unless_printed("errors redrive", ERRORS_REDRIVE, args)
     assert r is not None
     request = RedriveRequest(
