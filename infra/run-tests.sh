@@ -35,6 +35,10 @@ stop_leftovers() {
   while IFS= read -r state; do
     "$bin/olstream" postgres down --data-dir "$(dirname "$state")" >/dev/null 2>&1 || true
   done < <(find "$run_dir" -name postgres.json 2>/dev/null)
+  # every `olstream registry up` (the schema_registry fixture) its Apicurio in registry.pid
+  while IFS= read -r state; do
+    "$bin/olstream" registry down --data-dir "$(dirname "$state")" >/dev/null 2>&1 || true
+  done < <(find "$run_dir" -name registry.pid 2>/dev/null)
   rm -rf "$run_dir"
 }
 trap stop_leftovers EXIT

@@ -56,7 +56,8 @@ def test_a_module_of_no_extra_is_not_reported_as_an_extra() -> None:
     assert extra_of_missing(ModuleNotFoundError(name="no_such_package")) is None
     assert extra_of_missing(ModuleNotFoundError(name="graphviz.backend")) is None  # graphviz is there
     assert extra_of_missing(ModuleNotFoundError(name="graphviz")) == "local"
-    assert set(EXTRA_OF.values()) == {"local"}
+    assert set(EXTRA_OF.values()) == {"local", "schema-registry"}
+    assert extra_of_missing(ModuleNotFoundError(name="authlib")) == "schema-registry"
 
 
 def test_graph_without_the_extra_is_one_line_and_exit_2(
