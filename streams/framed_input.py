@@ -46,9 +46,14 @@ class InputFraming:
     def single_object(self, value: bytes | None, where: str) -> bytes | None:
         """`value` as single-object bytes; ConfluentWithoutRegistry, UnknownSchemaId or
         SchemaRegistryUnavailable (naming `where`) when a schema id cannot be resolved."""
+        if value is None or not is_confluent(value):
+            return value
+        return self.reframed(value, where)
+
+    def reframed(self, value: bytes, where: str) -> bytes:
+        """`single_object` of a value that is not null."""
         if not is_confluent(value):
             return value
-        assert value is not None
         schema_id = schema_id_of(value)
         if self.registry is None:
             raise ConfluentWithoutRegistry(

@@ -14,6 +14,8 @@ from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, K
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
 from olstream.shared.logs import redact, setup_logging
+from olstream.shared.schema_registry import registry_connection_of
+from olstream.streams import framed_input
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -60,7 +62,9 @@ def _run(args: argparse.Namespace) -> int:
         kafka = connection_of(r)
         try:
             check_connection(kafka, r["timeout"])
-        except InfrastructureError as e:  # Kafka unreachable: nothing was done
+            # both wire formats of the records topic (docs/contract.md#schema-registry)
+            framed_input.configure(registry_connection_of(r), request.records_topic)
+        except InfrastructureError as e:  # Kafka or the schema registry unreachable: nothing was done
             raise ConfigError(str(e)) from e
         report = explain(kafka, request)
     except KafkaAuthError as e:

@@ -25,6 +25,7 @@ from typing import Any
 from olstream.contract import codec, wire
 from olstream.contract.records import Record, RunStarted
 from olstream.shared.errors import DecodeError
+from olstream.streams import framed_input
 from olstream.streams.runid import run_id as derive_run_id
 
 RunKey = tuple[int, str]
@@ -131,6 +132,10 @@ class RunFinder:
         value = msg.value()
         if not value:
             return
+        # a confluent-framed record as its single-object bytes (the fingerprint of its schema id)
+        value = framed_input.current().reframed(
+            value, f"records partition {msg.partition()}, offset {msg.offset()}"
+        )
         hit = False
         for n in self.needles:
             if n in value:

@@ -12,6 +12,7 @@ from olstream.contract import topics
 from olstream.eventlog.settings import LOG_URL
 from olstream.shared.config import BOOTSTRAP, Setting, at_least, positive
 from olstream.shared.kafka_settings import KAFKA_CLIENT_SETTINGS
+from olstream.shared.schema_registry import SCHEMA_REGISTRY_SETTINGS
 
 STATUS = (
     BOOTSTRAP,
@@ -83,6 +84,7 @@ EXPLAIN = (
         env="",
         check=at_least(1),
     ),
+    *SCHEMA_REGISTRY_SETTINGS,  # resolves the schema ids of `confluent`-framed records
     LOG_URL,
 )
 """`olstream explain`: the broker, the pipeline's topics and groups, and (optionally) the event log."""
