@@ -37,6 +37,9 @@ NEXT_CHANGELOG_OFFSET = b"\x00olstream.next-changelog-offset"
 
 RESTORE_BATCH = 5000  # changelog messages applied per write batch during a restore
 RESTORE_TIMEOUT_SECONDS = 300.0  # a restore that reads nothing for this long fails
+RESTORE_POLL_SECONDS = 0.05
+"""A fetch's wait: a fetch returns after it, or with `RESTORE_BATCH` messages. A changelog whose
+tail is only transaction markers is done after one wait, so this is what every restart pays."""
 WATERMARK_TIMEOUT_SECONDS = 60.0  # how long a changelog partition may be without a leader at a restore
 
 # Memory of each partition's database, bounded (RocksDB's defaults are 64 MiB write buffers and an
@@ -237,7 +240,7 @@ class RunStore:
         applied = 0
         quiet_since = time.monotonic()
         while left:
-            messages = consumer.consume(RESTORE_BATCH, 0.5)
+            messages = consumer.consume(RESTORE_BATCH, RESTORE_POLL_SECONDS)
             writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
             last: dict[int, int] = {}
             for msg in messages:
