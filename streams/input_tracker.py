@@ -38,10 +38,6 @@ from enum import Enum
 
 REREAD_SECONDS = 10.0  # a partition read again is sought again if nothing came by then
 TAIL_QUIET_SECONDS = 5.0  # quiet this long behind its end: its tail is looked into
-FIRST_QUIET_SECONDS = 1.0
-"""The same for a partition no record has reached since it was assigned: faust drops what it fetched
-while its rebalance suspended the flow, and a restarted worker should not wait `TAIL_QUIET_SECONDS`
-for the first records of its backlog."""
 SLOW_CHECKPOINT_SECONDS = 1.0  # a checkpoint whose sends waited this long held the agent's queue back
 
 
@@ -91,7 +87,6 @@ class InputLedger:
     done_through: int = -1  # the highest offset a checkpoint stored
     absent: dict[int, int] | None = None  # start -> end (exclusive): no records there
     reread_since: float | None = None  # monotonic time a read from `next_offset` was asked for
-    arrived: bool = False  # a record reached the agent since the assignment
 
     def pass_absent(self, end: int) -> None:
         """The broker has no record from the read position up to `end` (exclusive)."""
@@ -126,10 +121,8 @@ class InputTracker:
         tail_quiet: float = TAIL_QUIET_SECONDS,
         reread_after: float = REREAD_SECONDS,
         slow_checkpoint: float = SLOW_CHECKPOINT_SECONDS,
-        first_quiet: float = FIRST_QUIET_SECONDS,
     ) -> None:
         self.tail_quiet = tail_quiet
-        self.first_quiet = first_quiet
         self.reread_after = reread_after
         self.slow_checkpoint = slow_checkpoint
         self.ledgers: dict[int, InputLedger] = {}
@@ -169,7 +162,6 @@ class InputTracker:
         if ledger is None or self.stopping:  # stopping: what it takes now would never be committed
             return Admission.SKIP
         ledger.seen_at = now
-        ledger.arrived = True
         if offset == ledger.next_offset:
             ledger.next_offset += 1
             ledger.reread_since = None
@@ -221,7 +213,7 @@ class InputTracker:
             return []
         tickets = []
         for ledger in self.ledgers.values():
-            if ledger.reread_since is None and now - ledger.seen_at >= self._quiet(ledger):
+            if ledger.reread_since is None and now - ledger.seen_at >= self.tail_quiet:
                 ledger.seen_at = now
                 tickets.append(self._ticket(ledger))
         return tickets
@@ -244,11 +236,8 @@ class InputTracker:
             return None
         ledger.pass_absent(first)
         return self._read_again(
-            ledger, ticket.partition, now, f"none for {self._quiet(ledger):.0f} s, end offset {end}"
+            ledger, ticket.partition, now, f"none for {self.tail_quiet:.0f} s, end offset {end}"
         )
-
-    def _quiet(self, ledger: InputLedger) -> float:
-        return self.tail_quiet if ledger.arrived else self.first_quiet
 
     def rereads_due(self, now: float) -> list[ReadAgain]:
         """Reads again that brought nothing within `reread_after` seconds: seek again."""

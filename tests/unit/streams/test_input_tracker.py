@@ -20,10 +20,8 @@ QUIET = 5.0
 REREAD = 10.0
 
 
-def tracker(
-    bases: dict[int, int] | None = None, now: float = 0.0, first_quiet: float = QUIET
-) -> InputTracker:
-    t = InputTracker(tail_quiet=QUIET, reread_after=REREAD, slow_checkpoint=1.0, first_quiet=first_quiet)
+def tracker(bases: dict[int, int] | None = None, now: float = 0.0) -> InputTracker:
+    t = InputTracker(tail_quiet=QUIET, reread_after=REREAD, slow_checkpoint=1.0)
     t.assigned(bases if bases is not None else {0: 10}, now)
     return t
 
@@ -203,23 +201,6 @@ def test_a_quiet_partition_is_asked_about_again_only_after_another_quiet_stretch
     assert len(t.quiet_partitions(QUIET)) == 1
     assert t.quiet_partitions(QUIET + 1) == []
     assert len(t.quiet_partitions(2 * QUIET)) == 1
-
-
-def test_a_partition_no_record_reached_since_its_assignment_is_looked_into_sooner() -> None:
-    t = tracker({0: 10, 1: 20}, first_quiet=1.0)
-
-    def quiet(now: float) -> list[int]:
-        return sorted(k.partition for k in t.quiet_partitions(now))
-
-    take(t, 1, [20], now=0.5)
-    assert quiet(0.9) == []
-    assert quiet(1.0) == [0]  # partition 1 had a record: it waits the full quiet stretch
-    assert quiet(1.5) == []
-    assert quiet(2.0) == [0]
-    assert quiet(0.5 + QUIET) == [0, 1]
-    take(t, 0, [10], now=6.0)  # a record arrived: partition 0 waits the full stretch from now on
-    assert quiet(6.0 + QUIET - 0.1) == [1]
-    assert quiet(6.0 + QUIET) == [0]
 
 
 @pytest.mark.parametrize("hold", ["rebalancing", "checkpointing", "stopping", "slow checkpoint"])
