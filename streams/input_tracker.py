@@ -131,7 +131,8 @@ class InputTracker:
         self.rebalancing = False
         self.stopping = False
         self.checkpointing = False
-        self.held_until = 0.0  # a slow checkpoint held the agent's queue back until then
+        self.held_until = 0.0  # a slow checkpoint or a child's wait held the agent's queue back until then
+        self.waiting = False  # the agent waits for a child's parents: records queue behind it
         self.checkpoints = 0  # checkpoints begun
         self._identities = 0
 
@@ -204,7 +205,17 @@ class InputTracker:
 
     def holds_input_back(self, now: float) -> bool:
         """Records of a quiet partition may still be queued for the agent: no tail is looked into."""
-        return self.stopping or self.rebalancing or self.checkpointing or now < self.held_until
+        held = self.stopping or self.rebalancing or self.checkpointing or self.waiting
+        return held or now < self.held_until
+
+    def wait_started(self) -> None:
+        """The agent waits for a child's parents (the run directory): no partition is quiet meanwhile."""
+        self.waiting = True
+
+    def wait_ended(self, now: float) -> None:
+        """The queue behind the waiting child drains: its partitions are quiet only a stretch later."""
+        self.waiting = False
+        self.held_until = max(self.held_until, now + self.tail_quiet)
 
     def quiet_partitions(self, now: float) -> list[Ticket]:
         """Partitions with no record for `tail_quiet` seconds and no reread under way: ask their end

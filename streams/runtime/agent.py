@@ -181,12 +181,14 @@ class StreamWorker:
         need = self.step.pending(child)
         if need is not None:
             m.CHILDREN_WAITING.inc()
+            self.tracker.wait_started()  # the records behind it are held, not dropped
             try:
                 while need is not None:
                     await self.reader.wait_covered(need)
                     need = self.step.pending(child)
             finally:
                 m.CHILDREN_WAITING.dec()
+                self.tracker.wait_ended(time.monotonic())
             child_s = event.message.timestamp
             if isinstance(child_s, (int, float)) and child_s > 0:
                 behind = (self.reader.newest_ms - child_s * 1000) / 1000

@@ -203,6 +203,15 @@ def test_a_quiet_partition_is_asked_about_again_only_after_another_quiet_stretch
     assert len(t.quiet_partitions(2 * QUIET)) == 1
 
 
+def test_no_partition_is_quiet_while_the_agent_waits_for_a_childs_parents_nor_a_stretch_after() -> None:
+    t = tracker({0: 10, 1: 20})
+    t.wait_started()
+    assert t.quiet_partitions(3 * QUIET) == []
+    t.wait_ended(3 * QUIET)
+    assert t.quiet_partitions(4 * QUIET - 0.1) == []
+    assert sorted(k.partition for k in t.quiet_partitions(4 * QUIET)) == [0, 1]
+
+
 @pytest.mark.parametrize("hold", ["rebalancing", "checkpointing", "stopping", "slow checkpoint"])
 def test_nothing_is_looked_into_while_the_input_may_be_held_back(hold: str) -> None:
     t = tracker()
