@@ -35,8 +35,9 @@ def main(args: argparse.Namespace) -> int:
     setup_logging(settings.log_format, settings.log_level)
     # faust is imported here so that `olstream --help` and other commands stay light
     from olstream.streams.runtime.agent import attach
-    from olstream.streams.runtime.app import build_app, prepare_topics, worker_process
+    from olstream.streams.runtime.app import build_app, worker_process
     from olstream.streams.runtime.faust_private import check_faust_private_names
+    from olstream.streams.runtime.topology import prepare_topics
 
     check_faust_private_names()  # a faust upgrade that removed a name we rely on: say so, exit 2
 

@@ -36,12 +36,13 @@ from confluent_kafka import KafkaException
 from olstream.contract import topics, wire
 from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_tracker import InputTracker
-from olstream.streams.runtime import app as m
-from olstream.streams.runtime import faust_private
+from olstream.streams.runtime import faust_private, metrics
+from olstream.streams.runtime.app import StreamApp, drop_monitor_sensor
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader, kept_directory
 from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
+from olstream.streams.runtime.input_offsets import InputOffsets
 from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
 from olstream.streams.runtime.record_step import RecordStep, WaitedChild
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
@@ -71,7 +72,7 @@ def _where(event: Any) -> str:
 class StreamWorker:
     """The chain of one worker process, and the batch it is filling."""
 
-    def __init__(self, sa: m.StreamApp, sender: Sender, input_offsets: m.InputOffsets) -> None:
+    def __init__(self, sa: StreamApp, sender: Sender, input_offsets: InputOffsets) -> None:
         self.sa = sa
         self.settings = settings = sa.settings
         self.input_offsets = input_offsets
@@ -152,7 +153,7 @@ class StreamWorker:
             e,
             self.batch.size,
         )
-        m.FENCES.inc()
+        metrics.FENCES.inc()
         self.batch = Batch()
         self.table.discard_batch()
         self.input.revoked()  # the synchronous part first: a checkpoint meanwhile finds nothing
@@ -180,20 +181,20 @@ class StreamWorker:
         started = time.monotonic()
         need = self.step.pending(child)
         if need is not None:
-            m.CHILDREN_WAITING.inc()
+            metrics.CHILDREN_WAITING.inc()
             self.tracker.wait_started()  # the records behind it are held, not dropped
             try:
                 while need is not None:
                     await self.reader.wait_covered(need)
                     need = self.step.pending(child)
             finally:
-                m.CHILDREN_WAITING.dec()
+                metrics.CHILDREN_WAITING.dec()
                 self.tracker.wait_ended(time.monotonic())
             child_s = event.message.timestamp
             if isinstance(child_s, (int, float)) and child_s > 0:
                 behind = (self.reader.newest_ms - child_s * 1000) / 1000
-                m.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
-        m.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
+                metrics.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
+        metrics.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
 
     async def wait_until_revoked(self, partition: int, offset: int, identity: int) -> None:
         """Hold the record at `offset` until the rebalance a refused commit announced revokes its
@@ -257,7 +258,7 @@ class StreamWorker:
         input's end offsets: the lag gauge."""
         owned = sorted(tp.partition for tp in self.owned_input_tps())
         for gone in self.lag_partitions - set(owned):  # revoked: its new owner reports it
-            m.INPUT_LAG.remove(str(gone))
+            metrics.INPUT_LAG.remove(str(gone))
         self.lag_partitions &= set(owned)
         if not owned:
             return
@@ -281,7 +282,7 @@ class StreamWorker:
         if sorted(tp.partition for tp in self.owned_input_tps()) != owned:
             return  # a rebalance meanwhile: the next round reports the new assignment
         for partition, (low, high) in bounds.items():
-            m.INPUT_LAG.labels(str(partition)).set(max(0, high - committed.get(partition, low)))
+            metrics.INPUT_LAG.labels(str(partition)).set(max(0, high - committed.get(partition, low)))
             self.lag_partitions.add(partition)
 
     # ------------------------------------------------------------------ --until-idle
@@ -335,7 +336,7 @@ class StreamWorker:
             "(%.1f s processing records, %.1f s in checkpoints, %.1f s in garbage collections)",
             self.busy_seconds,
             self.checkpoint.seconds,
-            m.GC_TIMER.seconds,
+            metrics.GC_TIMER.seconds,
         )
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -343,9 +344,9 @@ class StreamWorker:
         return self.input.describe()
 
 
-def attach(sa: m.StreamApp) -> StreamWorker:
+def attach(sa: StreamApp) -> StreamWorker:
     """Register the agent, the rebalance hooks and the timers on the app."""
-    input_offsets = m.InputOffsets(sa.settings.connection, sa.settings.app_id, sa.settings.input_topic)
+    input_offsets = InputOffsets(sa.settings.connection, sa.settings.app_id, sa.settings.input_topic)
     sender = Sender(sa.settings.connection, topics.producer_size_config(sa.settings.max_event_bytes))
     worker = StreamWorker(sa, sender, input_offsets)
     worker.store.standby = standby_states(sa.settings, worker.changelog.topic, sa.partitions)
@@ -355,7 +356,7 @@ def attach(sa: m.StreamApp) -> StreamWorker:
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
-        m.drop_monitor_sensor(app)
+        drop_monitor_sensor(app)
         worker.reader.start()
         async for event in stream.events():
             msg = event.message

@@ -61,9 +61,9 @@ from faust.types import TP
 
 from olstream.shared.errors import DeliveryError
 from olstream.streams.input_tracker import InputTracker
-from olstream.streams.runtime import app as m
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.exits import exit_on_failed_delivery
+from olstream.streams.runtime.metrics import BATCH_SECONDS, MEMBERSHIP_REFUSED, RETAINED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
 from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
@@ -164,8 +164,8 @@ class Checkpoint:
             self.tracker.checkpoint_ended(time.monotonic(), waited)
         elapsed = time.perf_counter() - started
         self.seconds += elapsed
-        m.RETAINED.set(self.table.retention.retained)
-        m.BATCH_SECONDS.set(elapsed)
+        RETAINED.set(self.table.retention.retained)
+        BATCH_SECONDS.set(elapsed)
         log.debug("batch of %d records checkpointed in %.3f s", batch.size, elapsed)
 
     async def run_at_least_once(self, batch: Batch) -> None:
@@ -219,7 +219,7 @@ class Checkpoint:
             return False
         sent = time.monotonic()
         if not await self.commit({TP(self.input_topic, partition): offset}):
-            m.MEMBERSHIP_REFUSED.inc()
+            MEMBERSHIP_REFUSED.inc()
             return False
         self.confirmed_at = sent
         self.tracker.did_commit({partition: offset})

@@ -28,8 +28,8 @@ from olstream.shared.kafka_admin import retrying, topic_identity, topic_retentio
 from olstream.shared.kafka_clients import Kafka, consumer_config
 from olstream.streams.framed_input import single_object_or_exit
 from olstream.streams.run_directory import Heads, Position, Progress, RunDirectory, start_position
-from olstream.streams.runtime import app as m
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
+from olstream.streams.runtime.metrics import DIRECTORY_STARTS
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ class DirectoryReader:
         self.directory.add(positions, read_to)
         if newest_ms > self.newest_ms:
             self.newest_ms = newest_ms
-        m.DIRECTORY_STARTS.set(self.directory.entries)
+        DIRECTORY_STARTS.set(self.directory.entries)
         event, self._progress = self._progress, asyncio.Event()
         event.set()
 

@@ -20,8 +20,9 @@ from faust.types import TP
 
 from olstream.shared.kafka_admin import not_ready
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
-from olstream.streams.runtime import app as m
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.input_offsets import InputOffsets
+from olstream.streams.runtime.metrics import INPUT_REREAD
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class InputOrder:
     faust dropped records."""
 
     def __init__(
-        self, tracker: InputTracker, offsets: m.InputOffsets, consumer: Callable[[], Any], topic: str
+        self, tracker: InputTracker, offsets: InputOffsets, consumer: Callable[[], Any], topic: str
     ) -> None:
         self.tracker = tracker
         self.offsets = offsets
@@ -119,7 +120,7 @@ class InputOrder:
             return None
 
     async def read_again(self, decision: ReadAgain) -> None:
-        m.INPUT_REREAD.inc()
+        INPUT_REREAD.inc()
         log.warning(
             "input partition %d: records from offset %d were fetched but never reached the agent (%s); "
             "reading the partition again from there",

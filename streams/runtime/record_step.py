@@ -28,7 +28,15 @@ from olstream.streams.log_marks import Verdict
 from olstream.streams.processor import apply, parent_resolver
 from olstream.streams.run_directory import DirectoryLookup, Heads, NotCovered, RunDirectory
 from olstream.streams.runid import epoch_millis
-from olstream.streams.runtime import app as m
+from olstream.streams.runtime.metrics import (
+    JOB_PATH_TOO_LONG,
+    PARENT_NOT_VISIBLE,
+    PARENT_OUTCOMES,
+    REDRIVEN,
+    REPLAYS,
+    event_counter,
+    record_counter,
+)
 from olstream.streams.runtime.rejects import ErrorRecords, int_value
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import EventSends, Headers
@@ -100,7 +108,7 @@ class RecordStep:
         if redriven:
             # an error record sent again by `olstream errors redrive`: the mark covers its position
             # (it was refused), so it passes the mark, is processed as new, and moves no mark
-            m.REDRIVEN.inc()
+            REDRIVEN.inc()
             self.handle_record(event, log_partition, log_offset, log_offsets, child, redriven=True)
             return
         if self.table.judge_mark(msg.partition, log_partition, log_offset) is Verdict.DUPLICATE:
@@ -132,7 +140,7 @@ class RecordStep:
                 self.errors.reject(event, e.error_reason, str(e))
                 return
             parents = self.parent_lookup(record, msg.headers) if isinstance(record, RunStarted) else None
-        m.record_counter(type(record).__name__).inc()
+        record_counter(type(record).__name__).inc()
         if record.offset > log_offsets.get(record.partition, -1):
             log_offsets[record.partition] = record.offset
         self.table.evict(record.partition, epoch_millis(record.append_time), event)
@@ -155,11 +163,11 @@ class RecordStep:
                     record.partition, step.write.end.end_ms, record.offset, step.key
                 )
         if step.replay:
-            m.REPLAYS.inc()
+            REPLAYS.inc()
         if parents is not None and isinstance(record, RunStarted) and record.parent is not None:
             outcome = parents.outcomes.get(record.parent.engine_run_id)
             if outcome is not None:
-                m.PARENT_OUTCOMES.labels(outcome.value).inc()
+                PARENT_OUTCOMES.labels(outcome.value).inc()
         if step.parent_not_visible:
             self.note_parent_not_visible(record)
         if step.job_path_too_long:
@@ -168,7 +176,7 @@ class RecordStep:
         for out in step.outputs:
             headers: Headers = list(out.headers())
             self.sender.send(output_topic, out.key, out.value, headers)
-            m.event_counter(out.event_type).inc()
+            event_counter(out.event_type).inc()
 
     def parent_lookup(self, record: RunStarted, headers: Any) -> DirectoryLookup | None:
         """The directory's lookup for a starting run whose record carries the log's heads; None (its
@@ -219,7 +227,7 @@ class RecordStep:
         return None
 
     def note_parent_not_visible(self, record: Record) -> None:
-        m.PARENT_NOT_VISIBLE.inc()
+        PARENT_NOT_VISIBLE.inc()
         if not self.parent_warned:
             self.parent_warned = True
             log.warning(
@@ -232,7 +240,7 @@ class RecordStep:
             )
 
     def note_job_path_too_long(self, record: Record) -> None:
-        m.JOB_PATH_TOO_LONG.inc()
+        JOB_PATH_TOO_LONG.inc()
         if not self.path_warned:
             self.path_warned = True
             log.warning(

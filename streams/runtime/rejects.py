@@ -15,7 +15,7 @@ from olstream.contract.records import DatasetDeclared, Record
 from olstream.shared import deadletter
 from olstream.streams import sizes
 from olstream.streams.processor import Step
-from olstream.streams.runtime import app as m
+from olstream.streams.runtime.metrics import ERRORS
 from olstream.streams.runtime.sender import EventSends
 from olstream.streams.settings import WorkerSettings
 
@@ -71,7 +71,7 @@ class ErrorRecords:
     def reject(self, event: Any, reason: str, detail: str, payload: bytes | None = None) -> None:
         """Send the record (or `payload`: its too-large event) to the errors topic, bounded in size."""
         msg = event.message
-        m.ERRORS.labels(reason).inc()
+        ERRORS.labels(reason).inc()
         log.warning("bad input at topic partition %d, offset %d: %s", msg.partition, msg.offset, detail)
         value, whole = deadletter.bounded_copy(
             event.value if payload is None else payload, always=reason == deadletter.TOO_LARGE

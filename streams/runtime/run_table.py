@@ -27,7 +27,7 @@ from olstream.streams.log_marks import (
     mark_key,
 )
 from olstream.streams.retention import CommittedLogPositions, Retention
-from olstream.streams.runtime import app as m
+from olstream.streams.runtime.metrics import EVICTED, RETAINED
 from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState
@@ -218,7 +218,7 @@ class RunTable:
                 count += 1
         self.rescan_needed = False
         self.committed_log.keep_only({tp.partition for tp in self.owned()})
-        m.RETAINED.set(self.retention.retained)
+        RETAINED.set(self.retention.retained)
         log.info("retention index rebuilt: %d finished runs retained", count)
 
     def evict(self, log_partition: int, record_ms: int, event: Any) -> None:
@@ -227,4 +227,4 @@ class RunTable:
             s = self.lookup(key)
             if s is not None and s.end is not None:
                 self.put(key, None, event)
-                m.EVICTED.inc()
+                EVICTED.inc()

@@ -23,13 +23,23 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
+from olstream.contract import topics
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError
-from olstream.shared.kafka_admin import admin_client, topic_partitions
-from olstream.shared.kafka_clients import Kafka
+from olstream.shared.kafka_admin import (
+    admin_client,
+    check_connection,
+    ensure_topic,
+    fit_limit,
+    topic_partitions,
+)
+from olstream.shared.kafka_clients import Kafka, librdkafka_only
+from olstream.shared.kafka_settings import Replication
+from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -123,3 +133,39 @@ def check_assignment(input_topic: str, assigned: Iterable[int], started_with: in
     )
     logging.shutdown()
     os._exit(ExitCode.INPUT_GREW)
+
+
+CHANGELOG_CONFIG = {"cleanup.policy": "compact"}  # and the size of `topics.size_config`
+
+
+def prepare_topics(settings: WorkerSettings) -> tuple[int, WorkerSettings]:
+    """Create the input/output/errors topics when missing; the input's partition count, and the
+    settings with `max_event_bytes` fitted to what an existing output topic accepts and the
+    replication resolved for this cluster (faust's changelog takes it too).
+
+    Topics it creates accept messages of `--max-event-bytes` (`topics.size_config`); the output
+    gets `--output-partitions`, whatever the input has.
+    """
+    kafka = settings.connection
+    brokers = check_connection(kafka)
+    replication = Replication(*settings.replication.resolved(brokers))
+    sized = topics.size_config(settings.max_event_bytes)
+    ensure_topic(kafka, settings.input_topic, settings.default_partitions, sized, replication=replication)
+    partitions = topic_partitions(kafka, settings.input_topic)
+    if partitions is None:
+        raise RuntimeError(f"input topic {settings.input_topic!r} does not exist after creating it")
+    match_changelog(kafka, settings.app_id, settings.input_topic, partitions)
+    changelog = {**CHANGELOG_CONFIG, **sized}
+    ensure_topic(kafka, changelog_topic(settings.app_id), partitions, changelog, replication=replication)
+    ensure_topic(kafka, settings.output_topic, settings.output_partitions, sized, replication=replication)
+    ensure_topic(kafka, settings.errors_topic, 1, sized, replication=replication)
+    if ignored := librdkafka_only(kafka):
+        log.info("Kafka properties for librdkafka clients only (faust's aiokafka ignores them): %s", ignored)
+    limit = fit_limit(
+        kafka,
+        settings.output_topic,
+        settings.max_event_bytes,
+        topics.MESSAGE_HEADROOM_BYTES,
+        "--max-event-bytes",
+    )
+    return partitions, replace(settings, max_event_bytes=limit, replication=replication)

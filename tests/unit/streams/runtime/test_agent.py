@@ -32,7 +32,7 @@ from olstream.streams import input_tracker
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
-from olstream.streams.runtime import agent, exits, record_step
+from olstream.streams.runtime import agent, exits, metrics, record_step
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.runtime.turn_lock import TurnLock
@@ -377,7 +377,7 @@ class Rig:
         self.stream = FakeStream()
         monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
         monkeypatch.setattr(agent, "ChangelogWriter", lambda *_args, **_kw: self.changelog)
-        monkeypatch.setattr(worker_app, "InputOffsets", lambda *_args, **_kw: self.offsets)
+        monkeypatch.setattr(agent, "InputOffsets", lambda *_args, **_kw: self.offsets)
         monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
         monkeypatch.setattr(
             agent,
@@ -671,12 +671,12 @@ def test_a_record_the_group_refuses_waits_unprocessed_for_the_rebalance_and_its_
     rig = Rig(monkeypatch, loop, member_confirmed=False)
     rig.take()
     rig.consumer.commit_ok = False  # the group dropped this worker: "already rebalanced"
-    refused = worker_app.MEMBERSHIP_REFUSED._value.get()
+    refused = metrics.MEMBERSHIP_REFUSED._value.get()
     [revoked] = rig.app.on_partitions_revoked.receivers
     loop.call_later(0.3, lambda: loop.create_task(revoked(rig.app)))  # the rebalance aiokafka asks for
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     assert rig.take() == [("commit", 0, 0)]  # refused: nothing sent, stored or committed
-    assert worker_app.MEMBERSHIP_REFUSED._value.get() == refused + 1
+    assert metrics.MEMBERSHIP_REFUSED._value.get() == refused + 1
     assert rig.worker.batch.size == 0
     # the new assignment reads the record again from the committed offset, and processes it
     rig.consumer.commit_ok = True
@@ -1236,7 +1236,7 @@ def test_under_exactly_once_a_fenced_worker_drops_its_batch_and_processes_again_
     assert rig.table.rows == {} and rig.table.writes == []
     assert not rig.worker.input.assigned.is_set()  # records wait for the rebalance
     assert rig.worker.fenced_at is not None and not rig.worker.batch.size
-    assert worker_app.FENCES._value.get() >= 1
+    assert metrics.FENCES._value.get() >= 1
 
     rig.transactions.fenced = False
     rig.rebalance(assigned=(0, 1))  # the group's rebalance gives it its partitions again

@@ -160,7 +160,7 @@ def test_each_partition_store_has_bounded_rocksdb_memory(tmp_path: Path) -> None
 
 
 def test_the_garbage_collection_timer_counts_each_collection_from_start_to_stop() -> None:
-    from olstream.streams.runtime.app import GarbageCollectionTimer
+    from olstream.streams.runtime.metrics import GarbageCollectionTimer
 
     timer = GarbageCollectionTimer()
     timer("start", {"generation": 2})
