@@ -79,6 +79,18 @@ INPUT_LAG = Gauge(
     "minus the commit), per input topic partition; refreshed every 2 s",
     ["partition"],
 )
+STANDBY_PARTITIONS = Gauge(
+    "olstream_stream_standby_partitions",
+    "Input partitions whose run states this worker keeps a warm standby copy of (--standby-states on)",
+)
+STANDBY_WRITES = Counter(
+    "olstream_stream_standby_writes_total",
+    "Committed changelog writes applied to this worker's standby copies of run states",
+)
+STANDBY_LAG = Gauge(
+    "olstream_stream_standby_lag",
+    "Changelog messages the standby copies are behind their partitions' last stable offsets (summed)",
+)
 
 
 @cache

@@ -26,9 +26,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import Counter, Gauge
-
 from olstream.shared.kafka_clients import Kafka, consumer_config
+from olstream.streams.runtime.metrics import STANDBY_LAG, STANDBY_PARTITIONS, STANDBY_WRITES
 from olstream.streams.runtime.run_store import NoStandby, PartitionStore, Standby
 from olstream.streams.settings import WorkerSettings
 
@@ -38,19 +37,6 @@ FETCH = 5000  # changelog messages per fetch (and per write batch at most, per p
 POLL_SECONDS = 0.2  # a fetch's wait: how soon the thread sees a change of the partitions it follows
 LAG_EVERY_SECONDS = 1.0  # how often the lag gauge is computed (from the consumer's cached watermarks)
 WATERMARK_TIMEOUT_SECONDS = 10.0
-
-PARTITIONS = Gauge(
-    "olstream_stream_standby_partitions",
-    "Input partitions whose run states this worker keeps a warm standby copy of (--standby-states on)",
-)
-WRITES = Counter(
-    "olstream_stream_standby_writes_total",
-    "Committed changelog writes applied to this worker's standby copies of run states",
-)
-LAG = Gauge(
-    "olstream_stream_standby_lag",
-    "Changelog messages the standby copies are behind their partitions' last stable offsets (summed)",
-)
 
 OpenStore = Callable[[Path], PartitionStore]
 
@@ -114,7 +100,7 @@ class StandbyStates:
             for p in sorted(set(partitions) & set(self._stores)):
                 handed[p] = self._next.pop(p)
                 self._stores.pop(p).close()
-            PARTITIONS.set(len(self._stores))
+            STANDBY_PARTITIONS.set(len(self._stores))
         self._changed.set()
         if handed:
             log.info(
@@ -169,7 +155,7 @@ class StandbyStates:
             self._changed.clear()
             self.reconcile(consumer)
         if not self._assigned:
-            LAG.set(0)
+            STANDBY_LAG.set(0)
             self._changed.wait(POLL_SECONDS)
             return 0
         applied = self.apply(consumer.consume(FETCH, POLL_SECONDS))
@@ -245,7 +231,7 @@ class StandbyStates:
                     start = 0
                 self._stores[p] = store
                 self._next[p] = max(start, low)
-            PARTITIONS.set(len(self._stores))
+            STANDBY_PARTITIONS.set(len(self._stores))
 
     def apply(self, messages: Iterable[Any]) -> int:
         """Write the fetched committed changelog messages into the open copies (of a partition released
@@ -273,7 +259,7 @@ class StandbyStates:
                 self._next[p] = last + 1
                 applied += len(writes)
         if applied:
-            WRITES.inc(applied)
+            STANDBY_WRITES.inc(applied)
         return applied
 
     def _report_lag(self, consumer: Any) -> None:
@@ -285,4 +271,4 @@ class StandbyStates:
             _, high = consumer.get_watermark_offsets(tp, cached=True)  # from the fetches: no request
             if high >= 0 and tp.offset >= 0:
                 behind += max(0, high - tp.offset)
-        LAG.set(behind)
+        STANDBY_LAG.set(behind)
