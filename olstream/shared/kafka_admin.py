@@ -257,9 +257,9 @@ def topic_identity(kafka: Kafka, name: str, timeout: float = 10.0) -> str:
     admin = admin_client(kafka)
 
     def ask() -> str:
-        cluster = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout)
+        cluster_id = admin.list_topics(topic=name, timeout=timeout).cluster_id  # the metadata's
         described = admin.describe_topics(TopicCollection([name]), request_timeout=timeout)[name]
-        return f"{cluster.cluster_id}/{described.result(timeout=timeout).topic_id}"
+        return f"{cluster_id}/{described.result(timeout=timeout).topic_id}"
 
     return retrying(ask, f"reading the ids of topic {name} and its cluster", 6 * timeout)
 
