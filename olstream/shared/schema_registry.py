@@ -207,12 +207,13 @@ class SchemaRegistry:
         Raises SchemaRefused naming the schema, its subject and the rule when the registry refuses one.
         """
         ids: dict[bytes, int] = {}
-        ruled: set[str] = set()
+        ruled: dict[str, bool] = {}  # subject -> its rule is set (False: once it exists)
         for schema in schemas:
             subject = subject_of(topic, schema.full_name)
             if subject not in ruled:
-                self._set_rule(subject, compatibility)
-                ruled.add(subject)
+                ruled[subject] = self._set_rule(subject, compatibility)
+            elif not ruled[subject]:
+                ruled[subject] = self._set_rule(subject, compatibility, new=False)
             try:
                 ids[schema.fingerprint] = self._call(
                     "register", self._client.register_schema, subject, self._schema_type(schema.text, "AVRO")
@@ -223,14 +224,21 @@ class SchemaRegistry:
                     f"{subject!r} with compatibility {compatibility}: {e.error_message} (HTTP "
                     f"{e.http_status_code})"
                 ) from e
+            if not ruled[subject]:  # its first version: nothing before it to be compatible with
+                ruled[subject] = self._set_rule(subject, compatibility, new=False)
             self._fingerprints[ids[schema.fingerprint]] = schema.fingerprint
             log.info("schema %s: id %d under subject %s", schema.source, ids[schema.fingerprint], subject)
         return ids
 
-    def _set_rule(self, subject: str, compatibility: str) -> None:
+    def _set_rule(self, subject: str, compatibility: str, new: bool = True) -> bool:
+        """Set the subject's rule; False when the registry has no such subject yet (Apicurio answers 404
+        for a subject without versions: the rule is set after its first one)."""
         try:
             self._call("set compatibility", self._client.set_compatibility, subject, compatibility)
+            return True
         except self._error_type as e:
+            if new and e.http_status_code == 404:
+                return False
             raise ConfigError(
                 f"the schema registry refused compatibility {compatibility} for subject {subject!r}: "
                 f"{e.error_message} (HTTP {e.http_status_code})"
