@@ -5,6 +5,9 @@
 - `make_topic(partitions=1, config=None) -> str`: creates a uniquely named topic, returns its name.
 - `unique_topic`: a unique topic NAME (not created: create it with the partitions the test needs).
 - `unique_group`: a unique consumer group id.
+- `schema_registry` (session): the Confluent-compatible URL of a local Apicurio Registry started with the
+  same code as `olstream registry up` (a free port, a temp data dir; its tarball from Maven Central,
+  cached in ~/.cache/olstream/apicurio) and stopped when the session ends.
 - `postgres_server` (session): URL of `$OLSTREAM_PG_URL`'s server, else of a server started with the
   same code as `olstream postgres up`; `postgres_url`: a fresh database on it per test (dropped after).
 Tests using these fixtures are marked `integration` (and `postgres`) automatically.
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from olstream.infra import kafka, postgres
+from olstream.infra import kafka, postgres, registry
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.infra.postgres import PostgresSettings
 from olstream.infra.process import free_port
@@ -38,7 +41,7 @@ hypothesis_settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-KAFKA_FIXTURES = {"kafka_bootstrap", "make_topic"}
+KAFKA_FIXTURES = {"kafka_bootstrap", "make_topic", "schema_registry"}
 POSTGRES_FIXTURES = {"postgres_server", "postgres_url"}
 
 MakeTopic = Callable[..., str]
@@ -122,6 +125,18 @@ def kafka_bootstrap() -> Iterator[str]:
     finally:
         os.environ.pop("OLSTREAM_BOOTSTRAP", None)
         kafka.stop_broker(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    _stop_services_on_sigterm()
+    data_dir = _private_tmpdir("olstream-registry-")
+    settings = registry.RegistrySettings(data_dir=data_dir, port=free_port())
+    try:
+        yield registry.up(settings)
+    finally:
+        registry.down(settings)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
