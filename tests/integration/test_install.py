@@ -123,6 +123,13 @@ DISTRIBUTION_OF = {
     "yarl": "yarl",
 }
 
+BROUGHT_BY: dict[str, tuple[str, set[str]]] = {
+    # a module only an extra installs (olstream.shared.extras.EXTRA_OF) -> the requirement, under that
+    # extra's marker, that brings it: a distribution and the extras of it it needs
+    "graphviz": ("graphviz", set()),
+    "authlib": ("confluent-kafka", {"schemaregistry"}),  # confluent-kafka[schemaregistry]
+}
+
 HELP_OF_EVERY_COMMAND = """
 import argparse, contextlib, io, json
 from olstream.cli.main import build_parser, main
@@ -228,17 +235,27 @@ def test_the_wheel_requires_what_the_package_imports_and_local_tools_only_with_t
     unknown = set(imported) - set(DISTRIBUTION_OF)
     assert not unknown, f"imported but not in DISTRIBUTION_OF (add it, and to pyproject.toml): {unknown}"
 
-    runtime = {canonicalize_name(r.name) for r in requirements if r.marker is None}
-    with_local = {
-        canonicalize_name(r.name) for r in requirements if r.marker and r.marker.evaluate({"extra": "local"})
-    }
-    local_only = {DISTRIBUTION_OF[m] for m in EXTRA_OF}
+    runtime = {canonicalize_name(r.name): r for r in requirements if r.marker is None}
     used_by_the_runtime = {DISTRIBUTION_OF[m] for m in imported if m not in EXTRA_OF}
-    assert runtime == used_by_the_runtime, "runtime Requires-Dist != what the package imports"
-    assert not runtime & local_only, (
-        f"launcher-only dependencies without the extra marker: {runtime & local_only}"
-    )
-    assert local_only <= with_local - runtime, "`pip install 'olstream[local]'` must bring them"
+    assert set(runtime) == used_by_the_runtime, "runtime Requires-Dist != what the package imports"
+    assert set(EXTRA_OF) == set(BROUGHT_BY), "every extra's module says which requirement brings it"
+    for module, extra in EXTRA_OF.items():
+        distribution, needs = BROUGHT_BY[module]
+        plain = runtime.get(distribution)
+        assert plain is None or not needs <= plain.extras, (
+            f"{module} comes without the extra `{extra}`: {plain}"
+        )
+        with_extra = [
+            r
+            for r in requirements
+            if r.marker is not None
+            and r.marker.evaluate({"extra": extra})
+            and canonicalize_name(r.name) == distribution
+            and needs <= r.extras
+        ]
+        assert with_extra, (
+            f"`pip install 'olstream[{extra}]'` must bring {module} ({distribution}{needs or ''})"
+        )
     assert "httpx" not in runtime
     faust = next(r for r in requirements if canonicalize_name(r.name) == "faust-streaming")
     assert "rocksdict" in faust.extras
