@@ -11,15 +11,12 @@ the `marquez` role and a database owned by it, renders `marquez.yml` from the te
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
 import string
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from olstream.infra.kafka_jars import find_pom, find_shipped
-from olstream.infra.process import cache_home, pid_alive, port_free, state_home, stop_pid, tail
+from olstream.infra.process import (
+    answers_json,
+    cache_home,
+    port_free,
+    running_pid,
+    state_home,
+    stop_pid,
+    tail,
+)
 from olstream.shared.errors import ConfigError, InfrastructureError
 
 if TYPE_CHECKING:
@@ -207,7 +212,8 @@ def download(version: str, libs: Path) -> None:
         ][:1]
         raise InfrastructureError(
             f"cannot resolve io.github.marquezproject:marquez-api:{version} from Maven's repositories "
-            f"({' '.join(cmd)}): " + (" | ".join(errors) or f"exit {done.returncode}")
+            f"({' '.join(cmd)}): "
+            + (" | ".join(errors) or f"exit {done.returncode}")
             + "; name a Marquez server jar with --jar (OLSTREAM_MARQUEZ_JAR)"
         )
 
@@ -238,20 +244,11 @@ def ensure_database(settings: MarquezSettings) -> None:
 
 
 def read_pid(settings: MarquezSettings) -> int | None:
-    try:
-        pid = int(settings.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None
+    return running_pid(settings.pid_file)
 
 
 def api_ready(url: str, timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/api/v1/namespaces", timeout=timeout) as resp:
-            json.load(resp)
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
+    return answers_json(f"{url}/api/v1/namespaces", timeout)
 
 
 def up(settings: MarquezSettings) -> str:

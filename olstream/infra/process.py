@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -67,6 +69,25 @@ def pid_alive(pid: int) -> bool:
         return True
     # The state field follows the parenthesised command name.
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The pid written in `pid_file` while that process lives; None otherwise."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def answers_json(url: str, timeout: float = 2.0) -> bool:
+    """True when a GET of `url` answers 200 with a JSON body (a local server's readiness)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            json.load(resp)
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
 
 
 def pid_cmdline(pid: int) -> list[str]:

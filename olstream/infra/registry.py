@@ -10,20 +10,26 @@ holds is gone when it stops. 3.x needs Java 21.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import subprocess
 import tarfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from olstream.infra.kafka_jars import LOG_TAIL_LINES, find_executable
-from olstream.infra.process import cache_home, file_lock, pid_alive, port_free, state_home, stop_pid, tail
+from olstream.infra.process import (
+    answers_json,
+    cache_home,
+    file_lock,
+    port_free,
+    running_pid,
+    state_home,
+    stop_pid,
+    tail,
+)
 from olstream.shared.errors import InfrastructureError
 
 log = logging.getLogger(__name__)
@@ -124,21 +130,12 @@ def _download(version: str, into: Path) -> Path:
 
 
 def read_pid(settings: RegistrySettings) -> int | None:
-    try:
-        pid = int(settings.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None
+    return running_pid(settings.pid_file)
 
 
 def api_ready(url: str, timeout: float = 2.0) -> bool:
     """True when the Confluent-compatible API answers (its global compatibility rule)."""
-    try:
-        with urllib.request.urlopen(f"{url}/config", timeout=timeout) as resp:
-            json.load(resp)
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
+    return answers_json(f"{url}/config", timeout)
 
 
 def up(settings: RegistrySettings) -> str:
