@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from olstream.connectors.source.resume import placement_of  # noqa: E402
 from olstream.infra.process import free_port  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
+from tests.integration.streams.test_faults import committed_everything  # noqa: E402
 from tests.support.stream_records import T0, ended, started  # noqa: E402
 from tests.support.stream_support import (  # noqa: E402
     metric,
@@ -53,19 +54,6 @@ RESTORED = re.compile(
 def assigned(log: Path) -> list[int]:
     found = ASSIGNED.findall(log.read_text(errors="replace"))
     return [int(p) for p in found[-1].split(",") if p.strip()] if found else []
-
-
-def committed_everything(bootstrap: str, group: str, topic: str) -> bool:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        tps = [TopicPartition(topic, p) for p in range(LOG_PARTITIONS)]
-        for tp in c.committed(tps, timeout=10):
-            _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
-            if high > 0 and tp.offset < high:
-                return False
-        return True
-    finally:
-        c.close()
 
 
 def wait(what: str, check, timeout: float, logs: list[Path]) -> None:  # type: ignore[no-untyped-def]
