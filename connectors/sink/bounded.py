@@ -162,8 +162,8 @@ class BoundedSink(Sink):
         )
 
     # -- the range -------------------------------------------------------------------------
-    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        super().on_assign(consumer, partitions)
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        super()._assigned(partitions)
         self.held.clear()
 
     def _admit(self, message: Message) -> None:

@@ -1,7 +1,7 @@
 """The sink's offset commits: which offsets, the commit itself, and whether the topic is done.
 
 `commit_offsets` and `consumed_to_end_of` wait on the broker: the sink runs them on its Kafka
-thread (`kafka_calls`), except for the commit inside a revocation.
+thread (`kafka_calls`), the commit inside a revocation too (the callback runs there).
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """The sink's consumer loop: Kafka -> receiver, at-least-once, per-run order, bounded concurrency.
 
-One asyncio loop owns the sink's state: the confluent-kafka consumer is polled without blocking
-(`consume(timeout=0)`, so rebalance callbacks run on this thread too), `concurrency` worker
-coroutines send events through the transport, and offsets are committed manually
-(`enable.auto.commit=false`) over each partition's contiguous prefix of finished events. The calls
-that wait on a broker (commits, watermark and committed-offset queries, closing) run on the Kafka
-thread of `kafka_calls`, so a slow broker never stops the sends; the one exception is the commit
-inside a revocation, which has to be done before the partitions move. The lag gauge (`LagGauge`)
-and the repeats of job versions (`Repeats`) are collaborators handed in, each with its own state.
+One asyncio loop owns the sink's state (commit trackers, epochs, queues, pauses, lag, repeats):
+`concurrency` worker coroutines send events through the transport, and offsets are committed
+manually (`enable.auto.commit=false`) over each partition's contiguous prefix of finished events.
+No Kafka call that may wait on a broker runs on the loop: polling (`consume`), commits, watermark
+and committed-offset queries and closing run on the Kafka thread of `kafka_calls`, awaited one at a
+time by the consuming coroutine, so a slow broker never stops the sends. Rebalance callbacks run
+inside `consume` and `close`, on that thread: each hands its part in the state to the loop
+(`KafkaCalls.on_loop`), which is free (the consuming coroutine only awaits the call), and waits for
+it. A revocation takes the revoked partitions' finished prefix and forgets them on the loop, then
+commits that prefix on the Kafka thread before returning, so before the partitions move; the sends
+go on meanwhile, and an answer for a revoked partition is stale. The lag gauge (`LagGauge`) and the
+repeats of job versions (`Repeats`) are collaborators handed in, each with its own state.
 """
 
 from __future__ import annotations
@@ -124,8 +128,27 @@ class Sink:
     def repeating(self, count: int) -> None:
         self.repeats.pending = count
 
-    # -- rebalance -------------------------------------------------------------------------
+    # -- rebalance: the callbacks run where the consumer is polled, the Kafka thread ---------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.calls.on_loop(self._assigned, partitions)
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The revoked partitions' finished prefix is committed before they move: taken, and the
+        partitions forgotten, on the loop; the commit waits for the broker here, on the thread that
+        polls the consumer (the Kafka thread), while the loop goes on."""
+        revoked = {(p.topic, p.partition) for p in partitions}
+        offsets = self.calls.on_loop(self._revoked, revoked)
+        if offsets:
+            self.calls.on_loop(self._committed, offsets, self._commit(offsets))
+        log.info("revoked %s", sorted(f"{t}[{p}]" for t, p in revoked))
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        lost = {(p.topic, p.partition) for p in partitions}
+        self.calls.on_loop(self._forget, lost)  # never commit for partitions no longer owned
+        log.warning("lost %s; their in-flight events will be redelivered by the new owner", sorted(lost))
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        """On the loop: new bookkeeping for each assigned partition."""
         for p in partitions:
             tp = (p.topic, p.partition)
             self._epoch += 1
@@ -136,16 +159,12 @@ class Sink:
         self.assigned_once = True
         log.info("assigned %s", sorted(f"{t}[{p}]" for t, p in ((q.topic, q.partition) for q in partitions)))
 
-    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        revoked = {(p.topic, p.partition) for p in partitions}
-        self.commit_finished(only=revoked)  # still owned during the callback
+    def _revoked(self, revoked: set[TP]) -> list[TopicPartition]:
+        """On the loop, at once: what to commit of the revoked partitions, then they are forgotten, so
+        an answer that comes while the commit waits is stale, as it was while the callback ran."""
+        offsets = self._finished_offsets(revoked)
         self._forget(revoked)
-        log.info("revoked %s", sorted(f"{t}[{p}]" for t, p in revoked))
-
-    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        lost = {(p.topic, p.partition) for p in partitions}
-        self._forget(lost)  # never commit for partitions no longer owned
-        log.warning("lost %s; their in-flight events will be redelivered by the new owner", sorted(lost))
+        return offsets
 
     def _forget(self, partitions: set[TP]) -> None:
         for tp in partitions:
@@ -331,8 +350,8 @@ class Sink:
 
     # -- committing ------------------------------------------------------------------------
     def commit_finished(self, only: set[TP] | None = None) -> bool:
-        """Commit each owned partition's finished prefix, waiting for the broker here: a revocation
-        commits before its partitions move. The loop commits with `_commit_off_loop` instead."""
+        """Commit each owned partition's finished prefix (of `only`, when given), waiting for the
+        broker on this thread. The loop commits with `_commit_off_loop`, a revocation in `on_revoke`."""
         offsets = self._finished_offsets(only)
         return not offsets or self._committed(offsets, self._commit(offsets))
 
@@ -361,8 +380,15 @@ class Sink:
         pass_undelivered(self.consumer, self.trackers)
 
     def _update_lag(self) -> None:
-        """Set `olstream_sink_lag` (`LagGauge.update`) here; the loop runs it on the Kafka thread."""
+        """Set `olstream_sink_lag` (`LagGauge.update`) here; the loop uses `_update_lag_off_loop`."""
         self.lag.update(self._commit_positions(), self.paused)
+
+    async def _update_lag_off_loop(self) -> None:
+        """The broker is asked on the Kafka thread, the gauge and its state are set here."""
+        positions = self._commit_positions()
+        unknown = self.lag.unknown(positions)
+        reading = await self.calls.run(self.lag.read, list(positions), frozenset(self.paused), unknown)
+        self.lag.apply(positions, reading)
 
     def _commit_positions(self) -> dict[TP, int | None]:
         return {tp: tracker.committed for tp, tracker in self.trackers.items()}
@@ -398,12 +424,14 @@ class Sink:
         return 0
 
     async def _consume_until_stopped(self) -> None:
-        """Consume, commit and watch for the end. Every consumer call is made from here (the Kafka
-        thread's calls are awaited), so rebalance callbacks never meet a call on that thread."""
+        """Consume, commit and watch for the end. Every consumer call is made from here and those that
+        may wait (polling among them) are awaited on the Kafka thread, so the consumer is never used
+        from two threads at once; the rebalance callbacks that polling runs hand their state to the
+        loop (`KafkaCalls.on_loop`), which is free: this coroutine only awaits the poll."""
         last_commit = time.monotonic()
         while not self.stopping.is_set():
             self._apply_pause()
-            messages = self.consumer.consume(CONSUME_BATCH, timeout=0)
+            messages = await self.calls.run(self.consumer.consume, CONSUME_BATCH, 0)
             for message in messages:
                 self._admit(message)
             if self.dlq is not None:
@@ -414,7 +442,7 @@ class Sink:
                 or self.finished_since_commit >= COMMIT_EVERY
             ):
                 await self._commit_off_loop()
-                await self.calls.run(self.lag.update, self._commit_positions(), frozenset(self.paused))
+                await self._update_lag_off_loop()
                 last_commit = now
             if self.settings.until_idle and not messages and now - self._last_idle_check >= 0.3:
                 self._last_idle_check = now
@@ -442,5 +470,5 @@ class Sink:
             await flush(self.dlq, 10)
         await self._commit_off_loop()
         await self.transport.close()
-        await self.calls.run(self.consumer.close)  # its revocation commits there, on the Kafka thread
+        await self.calls.run(self.consumer.close)  # its revocation commits there, its bookkeeping here
         self.calls.close()

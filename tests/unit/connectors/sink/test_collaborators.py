@@ -1,20 +1,24 @@
-"""The sink's collaborators on their own (lag, repeats, pauses, the Kafka thread), and a whole run of
-the sink whose consumer refuses any call that waits on a broker from the event loop."""
+"""The sink's collaborators on their own (lag, repeats, pauses, the Kafka thread and the way back to
+the loop), a whole run of the sink whose consumer records any call that waits on a broker from the
+event loop, and a run through a revocation and a lost assignment: polled and committed on the Kafka
+thread, the sink's state changed on the loop only, the loop free while the revocation commits."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from olstream.connectors.sink.delivery import DELIVERED
 from olstream.connectors.sink.job_versions import LatestTerminals
 from olstream.connectors.sink.kafka_calls import KafkaCalls, flush
-from olstream.connectors.sink.lag import LAG, LagGauge
+from olstream.connectors.sink.lag import LAG, LagGauge, LagReading
 from olstream.connectors.sink.pauses import Pauses
 from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
@@ -52,6 +56,7 @@ class BrokerConsumer:
         self.callbacks = callbacks
 
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        self.calls.append(("consume", on_loop()))
         if not self.assigned:
             self.assigned = True
             self.callbacks["on_assign"](self, [TopicPartition("t", 0)])
@@ -119,7 +124,7 @@ def test_no_kafka_call_that_waits_on_a_broker_is_made_on_the_event_loop() -> Non
     runner.join(30)
     assert result == [0] and len(transport.delivered) == 10 and consumer.group == {0: 10}
     made = {call for call, _ in consumer.calls}
-    assert made >= {"commit", "committed", "get_watermark_offsets", "close"}, made
+    assert made >= {"consume", "commit", "committed", "get_watermark_offsets", "close"}, made
     assert [call for call, on_the_loop in consumer.calls if on_the_loop] == []
     assert dlq.flushed_on_loop == [] and dlq.polls > 0  # flushed by polling from the loop instead
 
@@ -228,3 +233,137 @@ def test_the_lag_gauge_counts_from_the_commit_else_from_where_the_group_started(
     assert gauge.starts == {("t", 0): 2, ("t", 1): 4, ("t", 2): 0} and LAG._value.get() == 8 + 6 + 1
     gauge.forget([("t", 0)])
     assert ("t", 0) not in gauge.starts and ("t", 0) not in gauge.ends
+
+
+def test_on_loop_runs_a_call_of_the_kafka_thread_on_the_loop_and_hands_back_its_result() -> None:
+    calls = KafkaCalls()
+
+    def on_the_loop_thread() -> str:
+        assert on_loop()
+        return threading.current_thread().name
+
+    def refused() -> None:
+        raise ValueError("refused")
+
+    def on_the_kafka_thread() -> tuple[str, str]:
+        with pytest.raises(ValueError, match="refused"):
+            calls.on_loop(refused)  # raised where it was asked for
+        return threading.current_thread().name, calls.on_loop(on_the_loop_thread)
+
+    async def main() -> tuple[str, str, str]:
+        kafka_thread, loop_thread = await calls.run(on_the_kafka_thread)
+        return kafka_thread, loop_thread, calls.on_loop(on_the_loop_thread)  # on the loop: at once
+
+    kafka_thread, loop_thread, direct = asyncio.run(main())
+    calls.close()
+    here = threading.current_thread().name
+    assert kafka_thread.startswith("olstream-sink-kafka") and loop_thread == direct == here
+    assert calls.on_loop(lambda: 7) == 7  # its loop is closed: nothing else runs there any more
+
+
+def test_on_loop_without_a_loop_runs_the_call_at_once() -> None:
+    assert KafkaCalls().on_loop(lambda x: x + 1, 1) == 2  # no call yet: no loop (a test's own calls)
+
+
+class RebalancingConsumer(BrokerConsumer):
+    """Partitions 0 and 1, five messages each; once the ten are delivered, 1 is revoked and 0 lost.
+    Its commit checks that the loop is free meanwhile and has forgotten the revoked partition."""
+
+    def __init__(self, sink: Callable[[], Sink], delivered: Callable[[], int]) -> None:
+        super().__init__([Message(p, n, f"run-{p}-{n}") for p in (0, 1) for n in range(5)], delay=0.05)
+        self.sink, self.delivered = sink, delivered
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.step = 0
+        self.loop_free_in_commit: list[bool] = []
+        self.forgotten_in_commit: list[bool] = []
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        self.calls.append(("consume", on_loop()))
+        self.step += 1
+        if self.step == 1:
+            self.callbacks["on_assign"](self, [TopicPartition("t", 0), TopicPartition("t", 1)])
+            return []
+        if self.step == 2:
+            return list(self.messages)
+        if self.delivered() == len(self.messages) and self.loop_free_in_commit == []:
+            self.callbacks["on_revoke"](self, [TopicPartition("t", 1)])
+            self.callbacks["on_lost"](self, [TopicPartition("t", 0)])
+        return []
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
+        assert self.loop is not None
+        ask = asyncio.run_coroutine_threadsafe(self._forgotten(), self.loop)
+        try:
+            self.forgotten_in_commit.append(ask.result(timeout=5))
+            self.loop_free_in_commit.append(True)
+        except TimeoutError:
+            self.loop_free_in_commit.append(False)
+        super().commit(offsets, asynchronous)
+
+    async def _forgotten(self) -> bool:
+        sink = self.sink()
+        return ("t", 1) not in sink.epochs and ("t", 1) not in sink.trackers
+
+
+class ThreadRecordingSink(Sink):
+    """Records, for each change of its rebalance state, whether it ran on the event loop."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.changes: list[tuple[str, bool]] = []
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self.changes.append(("assigned", on_loop()))
+        super()._assigned(partitions)
+
+    def _revoked(self, revoked: set[tuple[str, int]]) -> list[TopicPartition]:
+        self.changes.append(("revoked", on_loop()))
+        return super()._revoked(revoked)
+
+    def _forget(self, partitions: set[tuple[str, int]]) -> None:
+        self.changes.append(("forget", on_loop()))
+        super()._forget(partitions)
+
+
+def test_a_revocation_commits_on_the_kafka_thread_and_changes_the_state_on_the_loop() -> None:
+    """The revoked partition's finished prefix is committed inside the callback, off the loop, while
+    the loop goes on; the lost one is never committed; every change of state is made on the loop."""
+    transport = ScriptedTransport(lambda e, n: DELIVERED)
+    sinks: list[ThreadRecordingSink] = []
+    consumer = RebalancingConsumer(lambda: sinks[0], lambda: len(transport.delivered))
+    settings = SinkSettings(transport="console", commit_interval=3600.0, concurrency=4)
+    sink = ThreadRecordingSink(settings, transport, consumer, None)
+    sinks.append(sink)
+
+    async def main() -> int:
+        consumer.loop = asyncio.get_running_loop()
+        running = asyncio.create_task(sink.run())
+        deadline = time.monotonic() + 20
+        while not (consumer.loop_free_in_commit and not sink.epochs) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # until revoked and lost
+        sink.stopping.set()
+        return await running
+
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(asyncio.run(main())))
+    runner.start()
+    runner.join(30)
+    assert result == [0] and len(transport.delivered) == 10
+    assert consumer.group == {1: 5}  # the revoked partition only; the lost one never
+    assert consumer.loop_free_in_commit == [True] and consumer.forgotten_in_commit == [True]
+    assert [call for call, on_the_loop in consumer.calls if on_the_loop] == []
+    assert [change for change, on_the_loop in sink.changes if not on_the_loop] == []
+    assert [change for change, _ in sink.changes] == ["assigned", "revoked", "forget", "forget"]
+    assert sink.trackers == {} and sink.epochs == {} and sink.buffered == 0
+
+
+def test_the_lag_is_read_without_changing_the_gauge_and_applied_apart() -> None:
+    consumer = BrokerConsumer([])
+    consumer.group = {1: 4}
+    gauge = LagGauge(consumer)  # type: ignore[arg-type]
+    owned = {("t", 0): None, ("t", 1): None}
+    reading = gauge.read(list(owned), paused=set(), unknown=gauge.unknown(owned))
+    assert reading == LagReading({("t", 0): 0, ("t", 1): 4}, {("t", 0): 10, ("t", 1): 10})
+    assert gauge.starts == {} and gauge.ends == {}  # read only
+    gauge.apply(owned, reading)
+    assert gauge.starts == {("t", 0): 0, ("t", 1): 4} and LAG._value.get() == 10 + 6
