@@ -204,7 +204,7 @@ class BoundedSink(Sink):
             self._last_report = now
             self.report(self.progress())
 
-    def _pass_undelivered(self) -> None:
+    def _pass_undelivered(self, positions: list[TopicPartition] | None = None) -> None:
         """A replay's commits stay within its range (`_at_end` passes markers by the position)."""
 
     def _at_end(self) -> bool:

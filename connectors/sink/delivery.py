@@ -22,7 +22,7 @@ import json
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -245,15 +245,23 @@ class ContiguousCommitTracker:
         return self._next
 
 
-def pass_undelivered(consumer: Any, trackers: Mapping[tuple[str, int], ContiguousCommitTracker]) -> None:
+def pass_undelivered(
+    consumer: Any,
+    trackers: Mapping[tuple[str, int], ContiguousCommitTracker],
+    positions: Sequence[TopicPartition] | None = None,
+) -> None:
     """Move each idle partition's next commit to its consumer's position: a topic written in
     transactions (the worker's events under exactly_once) has offsets no consumer is given, the
     marker of every transaction among them, so a commit of the last delivered offset + 1 would leave
-    the group's lag at least 1 for ever."""
-    idle = [TopicPartition(*tp) for tp, tracker in trackers.items() if not tracker.outstanding]
-    for position in consumer.position(idle) if idle else ():
-        if position.offset >= 0:
-            trackers[(position.topic, position.partition)].passed(position.offset)
+    the group's lag at least 1 for ever. `positions`: the consumer's, when they were asked already
+    (a revocation asks on the thread that polls the consumer)."""
+    if positions is None:
+        idle = [TopicPartition(*tp) for tp, tracker in trackers.items() if not tracker.outstanding]
+        positions = consumer.position(idle) if idle else ()
+    for position in positions:
+        tracker = trackers.get((position.topic, position.partition))
+        if position.offset >= 0 and tracker is not None and not tracker.outstanding:
+            tracker.passed(position.offset)
 
 
 class KeyedQueues:

@@ -137,7 +137,8 @@ class Sink:
         partitions forgotten, on the loop; the commit waits for the broker here, on the thread that
         polls the consumer (the Kafka thread), while the loop goes on."""
         revoked = {(p.topic, p.partition) for p in partitions}
-        offsets = self.calls.on_loop(self._revoked, revoked)
+        positions = self.consumer.position(list(partitions))  # local (no broker), on the polling thread
+        offsets = self.calls.on_loop(self._revoked, revoked, positions)
         if offsets:
             self.calls.on_loop(self._committed, offsets, self._commit(offsets))
         log.info("revoked %s", sorted(f"{t}[{p}]" for t, p in revoked))
@@ -159,10 +160,10 @@ class Sink:
         self.assigned_once = True
         log.info("assigned %s", sorted(f"{t}[{p}]" for t, p in ((q.topic, q.partition) for q in partitions)))
 
-    def _revoked(self, revoked: set[TP]) -> list[TopicPartition]:
+    def _revoked(self, revoked: set[TP], positions: list[TopicPartition]) -> list[TopicPartition]:
         """On the loop, at once: what to commit of the revoked partitions, then they are forgotten, so
         an answer that comes while the commit waits is stale, as it was while the callback ran."""
-        offsets = self._finished_offsets(revoked)
+        offsets = self._finished_offsets(revoked, positions)
         self._forget(revoked)
         return offsets
 
@@ -359,9 +360,11 @@ class Sink:
         offsets = self._finished_offsets(None)
         return not offsets or self._committed(offsets, await self.calls.run(self._commit, offsets))
 
-    def _finished_offsets(self, only: set[TP] | None) -> list[TopicPartition]:
+    def _finished_offsets(
+        self, only: set[TP] | None, positions: list[TopicPartition] | None = None
+    ) -> list[TopicPartition]:
         """What to commit (`finished_offsets`); the transport is made durable first."""
-        self._pass_undelivered()
+        self._pass_undelivered(positions)
         offsets = finished_offsets(self.trackers, self.commit_metadata, only)
         if offsets:
             self.transport.make_durable()
@@ -376,8 +379,8 @@ class Sink:
             mark_committed(self.trackers, offsets)
         return ok
 
-    def _pass_undelivered(self) -> None:  # a replay (bounded.py) commits within its range only
-        pass_undelivered(self.consumer, self.trackers)
+    def _pass_undelivered(self, positions: list[TopicPartition] | None = None) -> None:
+        pass_undelivered(self.consumer, self.trackers, positions)  # a replay (bounded.py): within its range
 
     def _update_lag(self) -> None:
         """Set `olstream_sink_lag` (`LagGauge.update`) here; the loop uses `_update_lag_off_loop`."""

@@ -27,6 +27,7 @@ from tests.unit.connectors.sink.test_job_versions import terminal
 from tests.unit.connectors.sink.test_run_order import Message, ScriptedTransport
 
 OFFSET_INVALID = -1001
+TP = tuple[str, int]
 
 
 def on_loop() -> bool:
@@ -290,6 +291,10 @@ class RebalancingConsumer(BrokerConsumer):
             self.callbacks["on_lost"](self, [TopicPartition("t", 0)])
         return []
 
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        self.calls.append(("position", on_loop()))  # not waiting on a broker, but while polling
+        return super().position(partitions)
+
     def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
         assert self.loop is not None
         ask = asyncio.run_coroutine_threadsafe(self._forgotten(), self.loop)
@@ -316,11 +321,11 @@ class ThreadRecordingSink(Sink):
         self.changes.append(("assigned", on_loop()))
         super()._assigned(partitions)
 
-    def _revoked(self, revoked: set[tuple[str, int]]) -> list[TopicPartition]:
+    def _revoked(self, revoked: set[TP], positions: list[TopicPartition]) -> list[TopicPartition]:
         self.changes.append(("revoked", on_loop()))
-        return super()._revoked(revoked)
+        return super()._revoked(revoked, positions)
 
-    def _forget(self, partitions: set[tuple[str, int]]) -> None:
+    def _forget(self, partitions: set[TP]) -> None:
         self.changes.append(("forget", on_loop()))
         super()._forget(partitions)
 
@@ -350,6 +355,7 @@ def test_a_revocation_commits_on_the_kafka_thread_and_changes_the_state_on_the_l
     runner.join(30)
     assert result == [0] and len(transport.delivered) == 10
     assert consumer.group == {1: 5}  # the revoked partition only; the lost one never
+    assert ("position", False) in consumer.calls  # the revocation's, on the thread that polls
     assert consumer.loop_free_in_commit == [True] and consumer.forgotten_in_commit == [True]
     assert [call for call, on_the_loop in consumer.calls if on_the_loop] == []
     assert [change for change, on_the_loop in sink.changes if not on_the_loop] == []
