@@ -9,13 +9,18 @@ Kafka writes (and transactions) and a restore reads only committed changelog wri
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
+import sys
+import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import faust
 
@@ -93,21 +98,30 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
 
 
 class StreamWorkerProcess(faust.Worker):
-    """faust's worker, with the stop deadline (`olstream.shared.stopping`) chained onto its signals.
+    """faust's worker, with the stop deadline (`olstream.shared.stopping`) chained onto its signals and
+    the worker's own SIGUSR1 report.
 
-    mode installs its SIGTERM/SIGINT handlers with `loop.add_signal_handler` in
+    mode installs its SIGTERM/SIGINT/SIGUSR1 handlers with `loop.add_signal_handler` in
     `install_signal_handlers` (from the worker's first start); the deadline is chained right after,
     so that faust still sees the signal and runs its own stop, and the process leaves with
     `STOP_TIMEOUT` when that stop does not end within `--stop-timeout` (an agent that never
     returns, a rebalance or shutdown that waits forever for acks). Checked again once the app has
-    started, in case anything installed handlers over it meanwhile.
+    started, in case anything installed handlers over it meanwhile. SIGUSR1 gets the worker's own
+    handler (`on_sigusr1`) in place of mode's, also right after mode's. This subclass and its two
+    overrides are declared in `faust_private.ALL_NAMES`.
     """
 
     stop_timeout: float = 30.0
 
+    #: what SIGUSR1 logs before the threads and tasks are printed (the worker's input positions)
+    describe_input: Callable[[], str] | None = None
+
     def install_signal_handlers(self) -> None:
         super().install_signal_handlers()
         self.chain_stop_deadline()
+        # replaces mode's SIGUSR1 handler, which prints the threads and tasks without the input's
+        # positions (a loop has one handler per signal: the last one added)
+        self.loop.add_signal_handler(signal.SIGUSR1, self.on_sigusr1)
 
     def chain_stop_deadline(self) -> None:
         if all(installed_deadline(sig) is not None for sig in STOP_SIGNALS):
@@ -115,22 +129,56 @@ class StreamWorkerProcess(faust.Worker):
         install_stop_deadline(self.stop_timeout, "worker")
         log.info("a stop signal leaves after %.1f s at most (--stop-timeout)", self.stop_timeout)
 
-    #: what SIGUSR1 logs before faust prints its threads and tasks (the worker's input positions)
-    describe_input: Callable[[], str] | None = None
-
-    def _on_sigusr1(self) -> None:
-        try:
-            if self.describe_input is not None:
-                log.warning("SIGUSR1: where the worker reads its input:\n%s", self.describe_input())
-        except Exception as e:  # a diagnosis must not hide the task dump that follows
-            log.warning("SIGUSR1: could not describe the worker's input: %s", e)
-        super()._on_sigusr1()  # mode's worker: every thread's stack and every asyncio task, to stderr
+    def on_sigusr1(self) -> None:
+        """SIGUSR1 (docs/operations.md): where the worker reads its input, then every thread and task."""
+        report_where_it_stands(self.describe_input, sys.stderr)
 
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()
         if any(installed_deadline(sig) is None for sig in STOP_SIGNALS):
             log.warning("the stop deadline's signal handlers were replaced: chaining them again")
             self.chain_stop_deadline()
+
+
+def report_where_it_stands(describe_input: Callable[[], str] | None, file: TextIO) -> None:
+    """Log where the worker reads its input (`describe_input`, one warning), then print every
+    thread's stack and every task of the running event loop to `file`. Never raises: it is a
+    signal handler's diagnosis, and a failing part must not hide the others."""
+    try:
+        if describe_input is not None:
+            log.warning("SIGUSR1: where the worker reads its input:\n%s", describe_input())
+    except Exception as e:
+        log.warning("SIGUSR1: could not describe the worker's input: %s", e)
+    try:
+        print_threads_and_tasks(file)
+    except Exception as e:
+        log.warning("SIGUSR1: could not print the worker's threads and tasks: %s", e)
+
+
+def print_threads_and_tasks(file: TextIO) -> None:
+    """Every thread's stack and, under the thread that runs it, every task of the running event loop,
+    laid out as mode's worker printed them on SIGUSR1 (without their local variables, whose reprs
+    can be large or raise)."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    current = threading.get_ident()
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    for ident, frame in sys._current_frames().items():
+        thread = threads.get(ident)
+        print(f"THREAD {thread.name if thread is not None else ident}", file=file)
+        print("=" * 49, file=file)
+        traceback.print_stack(frame, file=file)
+        if ident == current and loop is not None:
+            print("TASKS", file=file)
+            print("-" * 49, file=file)
+            for task in asyncio.all_tasks(loop):
+                print(f"  TASK {task.get_name()} {task.get_coro()!r}", file=file)
+                print(f"  {'~' * 49}", file=file)
+                task.print_stack(file=file)
+        print("\n", file=file)
+    file.flush()
 
 
 # The cyclic garbage collector's thresholds in the worker (CPython's are 700, 10, 10). Nearly every
