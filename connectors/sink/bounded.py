@@ -191,9 +191,9 @@ class BoundedSink(Sink):
             self.done.add(tp)
 
     def _apply_pause(self) -> None:
-        was_paused = bool(self.paused)
+        was_paused = bool(self.pauses.paused)
         super()._apply_pause()
-        if was_paused and not self.paused:
+        if was_paused and not self.pauses.paused:
             self.held.clear()  # the sink resumed everything it had paused
         hold = (self.done & set(self.epochs)) - self.held
         if hold:

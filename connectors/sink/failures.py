@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, Message, Producer
 
 from olstream.connectors.sink.delivery import DeliveryResult, Outcome, PendingEvent
-from olstream.connectors.sink.metrics import BACKOFF_SECONDS
+from olstream.connectors.sink.metrics import BACKOFF_SECONDS, DEAD_LETTERED
 from olstream.shared import deadletter
 from olstream.shared.logs import redact
 from olstream.shared.metrics import set_health
@@ -62,3 +65,34 @@ def log_dead_lettered(event: PendingEvent, result: DeliveryResult, reason: str, 
         result.detail[:300],
         topic,
     )
+
+
+def dead_letter(
+    dlq: Producer,
+    topic: str,
+    event: PendingEvent,
+    result: DeliveryResult,
+    reason: str,
+    finished: Callable[[PendingEvent], None],
+    again: Callable[[PendingEvent], None],
+) -> None:
+    """Produce a given-up event to the dead-letter topic, with why in its headers; once the broker
+    acknowledged it the event is `finished` (its offset may be committed), else handed back (`again`)."""
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            log.error("cannot dead-letter %s (%s); will try again", event.where(), err)
+            again(event)
+            return
+        DEAD_LETTERED.inc()
+        log_dead_lettered(event, result, reason, topic)
+        finished(event)
+
+    dlq.produce(
+        topic,
+        event.value,
+        event.key,
+        headers=dead_letter_headers(event, result, reason),
+        on_delivery=delivered,
+    )
+    dlq.poll(0)

@@ -41,14 +41,13 @@ from olstream.connectors.sink.delivery import (
     pass_undelivered,
     run_of,
 )
-from olstream.connectors.sink.failures import dead_letter_headers, log_dead_lettered, log_failure
-from olstream.connectors.sink.job_versions import LatestTerminals, terminal_of_message
+from olstream.connectors.sink.failures import dead_letter, log_failure
+from olstream.connectors.sink.job_versions import terminal_of_message
 from olstream.connectors.sink.kafka_calls import KafkaCalls, flush
 from olstream.connectors.sink.lag import LagGauge
 from olstream.connectors.sink.metrics import (
     BACKOFF_SECONDS,
     CIRCUIT_OPEN,
-    DEAD_LETTERED,
     DELIVERED,
     IN_FLIGHT,
     REPEATED,
@@ -107,27 +106,6 @@ class Sink:
         self._epoch = 0
         self._last_idle_check = 0.0
 
-    @property
-    def latest(self) -> LatestTerminals:
-        return self.repeats.latest
-
-    @property
-    def paused(self) -> set[TP]:
-        return self.pauses.paused
-
-    @paused.setter
-    def paused(self, partitions: set[TP]) -> None:
-        self.pauses.paused = partitions
-
-    @property
-    def repeating(self) -> int:
-        """Repeats of terminal events handed out and not settled yet."""
-        return self.repeats.pending
-
-    @repeating.setter
-    def repeating(self, count: int) -> None:
-        self.repeats.pending = count
-
     # -- rebalance: the callbacks run where the consumer is polled, the Kafka thread ---------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.calls.on_loop(self._assigned, partitions)
@@ -177,7 +155,7 @@ class Sink:
         self.lag.forget(partitions)
         self.queues.drop_partitions(partitions)
         self.retries.drop_partitions(partitions)
-        self.latest.forget(partitions)
+        self.repeats.latest.forget(partitions)
 
     def _stale(self, event: PendingEvent) -> bool:
         return self.epochs.get((event.topic, event.partition)) != event.epoch
@@ -236,7 +214,7 @@ class Sink:
             self.in_flight += len(batch)
             IN_FLIGHT.inc(len(batch))
             for event in batch:
-                self.latest.sending(event)
+                self.repeats.latest.sending(event)
             try:
                 results = await self._send(batch)
             finally:
@@ -317,20 +295,9 @@ class Sink:
         self, event: PendingEvent, result: DeliveryResult, reason: str = deadletter.REJECTED
     ) -> None:
         assert self.dlq is not None
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                log.error("cannot dead-letter %s (%s); will try again", event.where(), err)
-                self.ready.put_nowait(event)
-                return
-            DEAD_LETTERED.inc()
-            log_dead_lettered(event, result, reason, self.settings.dlq_topic)
-            self._finish(event)
-
-        headers = dead_letter_headers(event, result, reason)
-        topic = self.settings.dlq_topic
-        self.dlq.produce(topic, event.value, event.key, headers=headers, on_delivery=delivered)
-        self.dlq.poll(0)
+        dead_letter(
+            self.dlq, self.settings.dlq_topic, event, result, reason, self._finish, self.ready.put_nowait
+        )
 
     # -- repeats (`Repeats`, over this sink's queue and ownership) ------------------------
     def _sendable(self, batch: list[PendingEvent]) -> list[PendingEvent]:
@@ -384,13 +351,13 @@ class Sink:
 
     def _update_lag(self) -> None:
         """Set `olstream_sink_lag` (`LagGauge.update`) here; the loop uses `_update_lag_off_loop`."""
-        self.lag.update(self._commit_positions(), self.paused)
+        self.lag.update(self._commit_positions(), self.pauses.paused)
 
     async def _update_lag_off_loop(self) -> None:
         """The broker is asked on the Kafka thread, the gauge and its state are set here."""
         positions = self._commit_positions()
         unknown = self.lag.unknown(positions)
-        reading = await self.calls.run(self.lag.read, list(positions), frozenset(self.paused), unknown)
+        reading = await self.calls.run(self.lag.read, list(positions), frozenset(self.pauses.paused), unknown)
         self.lag.apply(positions, reading)
 
     def _commit_positions(self) -> dict[TP, int | None]:
@@ -399,7 +366,13 @@ class Sink:
     def _idle(self) -> bool:
         """Nothing held, sent, repeated or waiting, and everything finished is committed: the workers
         wait for the loop, which alone changes the state until it admits again."""
-        if not self.assigned_once or self.buffered or self.in_flight or self.repeating or self.ready.qsize():
+        if (
+            not self.assigned_once
+            or self.buffered
+            or self.in_flight
+            or self.repeats.pending
+            or self.ready.qsize()
+        ):
             return False
         return all(t.committable() is None for t in self.trackers.values())
 

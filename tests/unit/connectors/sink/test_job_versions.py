@@ -200,8 +200,8 @@ def test_after_idle_every_job_is_at_its_latest_run_whatever_the_receiver_applied
 
         async def scenario(receiver: ApplyingReceiver, messages: list[Message]) -> Sink:
             sink = Sink(settings, receiver, Committer(), Dlq())  # type: ignore[arg-type]
-            assert not sink.latest.enabled  # only HTTP receivers get repeats: this one stands for one
-            sink.latest.enabled = True
+            assert not sink.repeats.latest.enabled  # only HTTP receivers get repeats: this one stands for one
+            sink.repeats.latest.enabled = True
             sink.on_assign(None, [_tp(0)])  # type: ignore[arg-type]
             for m in messages:
                 sink._admit(m)  # type: ignore[arg-type]
@@ -209,7 +209,7 @@ def test_after_idle_every_job_is_at_its_latest_run_whatever_the_receiver_applied
             deadline = asyncio.get_running_loop().time() + 20
             while asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.005)
-                if not (sink.buffered or sink.in_flight or sink.repeating or sink.ready.qsize()):
+                if not (sink.buffered or sink.in_flight or sink.repeats.pending or sink.ready.qsize()):
                     break
             for w in workers:
                 w.cancel()
@@ -217,10 +217,10 @@ def test_after_idle_every_job_is_at_its_latest_run_whatever_the_receiver_applied
             return sink
 
         sink = asyncio.run(scenario(receiver, messages))
-        assert sink.buffered == 0 and sink.repeating == 0, seed
+        assert sink.buffered == 0 and sink.repeats.pending == 0, seed
         assert receiver.last == latest, seed
         stale_without_repeats += receiver.last_of_records != latest
-        assert sink.latest.repeats <= len(messages) // 2, seed
+        assert sink.repeats.latest.repeats <= len(messages) // 2, seed
     assert stale_without_repeats >= 6, "the workload must make the receiver apply older runs last"
 
 
@@ -236,19 +236,19 @@ class Recording:
 def test_repeats_no_longer_latest_are_not_sent_and_a_clean_stop_posts_the_waiting_ones() -> None:
     transport = Recording()
     sink = Sink(SinkSettings(), transport, Committer(), Dlq())  # type: ignore[arg-type]
-    sink.latest.enabled = True
+    sink.repeats.latest.enabled = True
     sink.on_assign(None, [_tp(0)])  # type: ignore[arg-type]
     old, new = terminal(0, 5), terminal(1, 10)
     for e in (old, new):
-        sink.latest.sending(e)
-        sink.latest.settled(e, delivered=True)  # new is the latest now
+        sink.repeats.latest.sending(e)
+        sink.repeats.latest.settled(e, delivered=True)  # new is the latest now
     outdated, current = replace(old, repeat=True), replace(new, repeat=True)
-    sink.repeating = 2
-    assert sink._sendable([outdated, current]) == [current] and sink.repeating == 1
+    sink.repeats.pending = 2
+    assert sink._sendable([outdated, current]) == [current] and sink.repeats.pending == 1
     sink._keep_repeats([current, new])  # a stopping worker puts back only the repeat
     assert sink.ready.qsize() == 1
     sink._keep_repeats([outdated, current])  # one that waited behind a backlog, and the same again
-    sink.repeating += 2
+    sink.repeats.pending += 2
 
     async def stop() -> None:
         await sink._flush_repeats(asyncio.get_running_loop().time() + 5)

@@ -102,13 +102,13 @@ def test_before_the_first_commit_lag_counts_from_where_the_group_started() -> No
     assert lag() == 100 + 50 + 20
 
     # nothing delivered, the topic grows while every partition is paused: the broker's end counts
-    sink.paused = {("t", 0), ("t", 1), ("t", 2)}
+    sink.pauses.paused = {("t", 0), ("t", 1), ("t", 2)}
     consumer.high = {0: 125, 1: 90, 2: 31}
     sink._update_lag()
     assert lag() == 120 + 50 + 21
 
     # resumed: until the next fetch the cached ends are behind the broker's, and do not count less
-    sink.paused = set()
+    sink.pauses.paused = set()
     sink._update_lag()
     assert lag() == 120 + 50 + 21
 
@@ -156,6 +156,6 @@ class SilentBroker(FakeConsumer):
 def test_a_broker_that_does_not_answer_is_asked_once_per_round() -> None:
     consumer = SilentBroker(low={0: 0, 1: 0, 2: 0}, high={0: 9, 1: 9, 2: 9}, committed={0: 0, 1: 0, 2: 0})
     sink = make_sink(consumer)
-    sink.paused = {("t", 0), ("t", 1), ("t", 2)}
+    sink.pauses.paused = {("t", 0), ("t", 1), ("t", 2)}
     sink._update_lag()
     assert consumer.queries == 1
