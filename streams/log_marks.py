@@ -39,7 +39,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from olstream.contract import wire
+from olstream.shared import deadletter
 
 MARK_PREFIX = "hwm:"
 """The table keys of marks; a run's key starts with a digit or '-' (`state.state_key`)."""
@@ -56,6 +59,33 @@ def mark_key(input_partition: int, log_partition: int) -> str:
 
 def is_mark_key(key: bytes) -> bool:
     return key.startswith(_PREFIX_BYTES)
+
+
+def _int(raw: bytes | None) -> int | None:
+    try:
+        return None if raw is None else int(raw)
+    except ValueError:
+        return None
+
+
+def position_headers(headers: Any) -> tuple[int | None, int | None, bool]:
+    """In one pass over a record's headers: its log partition and offset (`wire.HEADER_PARTITION`,
+    `wire.HEADER_OFFSET`), and whether it carries `deadletter.REDRIVE_ATTEMPT` (an error record sent
+    again). The first value of a name counts, as `wire.header_value` reads it."""
+    partition = offset = None
+    redriven = False
+    for key, value in headers.items() if isinstance(headers, dict) else (headers or ()):
+        if not isinstance(value, bytes):
+            continue
+        if key == wire.HEADER_PARTITION:
+            if partition is None:
+                partition = value
+        elif key == wire.HEADER_OFFSET:
+            if offset is None:
+                offset = value
+        elif key == deadletter.REDRIVE_ATTEMPT:
+            redriven = True
+    return _int(partition), _int(offset), redriven
 
 
 class Verdict(Enum):
@@ -184,6 +214,14 @@ class MarkBook(Generic[Source]):
         run states; the batch starts empty again."""
         out = [(where[0], where[1], p.mark(), p.source) for where, p in self.batch.items()]
         self.batch = {}
+        return out
+
+    def take_partition(self, input_partition: int) -> list[tuple[int, LogMark]]:
+        """The batch's marks of one input partition (log partition, mark), to be written after its run
+        states; they leave the batch."""
+        out = []
+        for where in [w for w in self.batch if w[0] == input_partition]:
+            out.append((where[1], self.batch.pop(where).mark()))
         return out
 
     def written(self, input_partition: int, log_partition: int, mark: LogMark) -> None:

@@ -324,7 +324,7 @@ class DirectoryLookup:
     `outcomes` keeps what each looked-up id gave (for the metrics of the child's own parent). An
     answer, once the directory covers the heads, is final (every start it considers is at or below
     them, and the rules are functions of the log): it is kept, so the agent's dry run before the wait
-    (`RecordStep.pending`) and the record's application ask the directory once.
+    (`ParentWait.pending`) and the record's application ask the directory once.
     """
 
     def __init__(

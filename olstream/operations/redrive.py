@@ -10,7 +10,7 @@ What a record is, and where it goes, is read from its headers (`olstream.shared.
 - a **worker** error record (`olstream.error.detail`, no status): the record goes back to the input
   topic partition it came from, keeping its key and its log position headers. The worker processes
   a record that carries `olstream.redrive.attempt` as new: past its log partition's mark (which
-  covers the refused position), moving no mark (`streams/runtime/record_step.py`).
+  covers the refused position), moving no mark (`streams/runtime/mark_judge.py`).
 - a **source** error row (neither): its row is re-read from the event log at its position and
   checked as the source checks it (`plan_rows`): a row that passes now (a newer olstream knows its
   writer schema, say) goes to the records topic where its placement puts it, as the source sends it

@@ -1,20 +1,19 @@
 """The worker's agent: one faust agent, its timers and its rebalance hooks, around a short chain.
 
-A record's path (docs/worker.md draws it): faust's stream → ``InputOrder.admit_at_once`` (strict
-offset order, ``admit`` / ``hole_found`` where it must wait; holes and tails are
-``olstream.streams.input_tracker``'s) → ``RecordStep.handle`` (judge,
-decode, apply, send) → the ``Batch`` → ``Checkpoint.run`` (made durable in Kafka: sends and
-changelog acknowledged and offsets committed, or under exactly_once one transaction per input
-partition; then stored). The input topic is declared with ``acks=False``: faust never acks,
-gap-fills or commits it; the checkpoint is the only commit.
+A record's path is a chain of seven steps (``olstream.streams.runtime.chain``; docs/worker.md
+draws it): faust's stream → `AdmitInOrder` → `ParentWait` → `MemberGate` → `JudgeMarks` →
+`ApplyRecord` → `SendEvents` → `BatchCheckpoint`. `StreamWorker` builds it, last step first, each
+step handed the next. The input topic is declared with ``acks=False``: faust never acks, gap-fills
+or commits it; the checkpoint is the only commit.
 
 An assignment first initialises the partitions' transactional producers (exactly_once: that fences
 their previous owner), then restores their run states from the changelog (read_committed), then
 reads the group's committed offsets; records of the new assignment wait for all three.
 
 A rebalance revokes every partition (faust's eager protocol): faust first suspends the stream, then
-sends ``on_partitions_revoked``, and the worker runs the batch's checkpoint there, before the
-partitions go, so nothing of a revoked partition is written afterwards. That commit runs on faust's
+sends ``on_partitions_revoked``, and the worker joins and closes the chain there: under the gate's
+lock the batch is checkpointed before the partitions go, so nothing of a revoked partition is
+written afterwards, then the steps forget the assignment. That commit runs on faust's
 consumer thread as faust's own commits during a revocation do: the thread serves its method queue
 while it waits for the revocation hook (``tests/integration/streams/test_assignment.py`` shows it).
 
@@ -25,6 +24,7 @@ process before anything after the last checkpoint is committed (``exit_on_unexpe
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -38,25 +38,28 @@ from olstream.shared.idle import behind, consumed_to_end
 from olstream.streams.input_tracker import InputTracker
 from olstream.streams.runtime import faust_private, metrics
 from olstream.streams.runtime.app import StreamApp, drop_monitor_sensor
+from olstream.streams.runtime.apply_record import ApplyRecord
+from olstream.streams.runtime.chain import Taken
 from olstream.streams.runtime.changelog import ChangelogWriter
-from olstream.streams.runtime.checkpoint import Batch, Checkpoint
+from olstream.streams.runtime.checkpoint import Batch, BatchCheckpoint, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader, kept_directory
-from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
+from olstream.streams.runtime.exits import exit_on_unexpected
 from olstream.streams.runtime.input_offsets import InputOffsets
-from olstream.streams.runtime.input_order import HOLE, NOT_ASSIGNED, InputOrder
-from olstream.streams.runtime.record_step import RecordStep, WaitedChild
+from olstream.streams.runtime.input_order import AdmitInOrder, InputOrder
+from olstream.streams.runtime.mark_judge import JudgeMarks
+from olstream.streams.runtime.member_gate import MemberGate, Membership
+from olstream.streams.runtime.parent_wait import ParentWait
 from olstream.streams.runtime.rejects import ErrorRecords, int_header
 from olstream.streams.runtime.run_store import RunStore
 from olstream.streams.runtime.run_table import RunTable
+from olstream.streams.runtime.send_events import SendEvents
 from olstream.streams.runtime.sender import EventSends, Sender
 from olstream.streams.runtime.standby import standby_states
 from olstream.streams.runtime.topology import changelog_topic, check_assignment
-from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
-from olstream.streams.runtime.turn_lock import TurnLock
+from olstream.streams.runtime.transactions import PartitionTransactions
 
 log = logging.getLogger(__name__)
 
-REJOIN_SECONDS = 120.0  # a refused or fenced worker waits this long for the rebalance, then the process ends
 COMMITTED_REFRESH_SECONDS = 2.0  # how often the group's committed offsets are read (gates evictions)
 
 
@@ -70,7 +73,7 @@ def _where(event: Any) -> str:
 
 
 class StreamWorker:
-    """The chain of one worker process, and the batch it is filling."""
+    """The chain of one worker process (built last step first), its rebalance hooks and timers."""
 
     def __init__(self, sa: StreamApp, sender: Sender, input_offsets: InputOffsets) -> None:
         self.sa = sa
@@ -79,8 +82,7 @@ class StreamWorker:
         self.tracker = InputTracker()
         self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, settings.input_topic)
         sized = topics.producer_size_config(settings.max_event_bytes)
-        changelog = changelog_topic(settings.app_id)
-        self.changelog = ChangelogWriter(settings.connection, changelog, sized)
+        self.changelog = ChangelogWriter(settings.connection, changelog_topic(settings.app_id), sized)
         self.transactions = (
             PartitionTransactions(
                 settings.connection,
@@ -94,145 +96,78 @@ class StreamWorker:
         )
         # under exactly_once a record's events and error records go into its partition's transaction
         outputs: EventSends = sender if self.transactions is None else self.transactions
-        self.store = RunStore(settings.connection, settings.data_dir, changelog, settings.app_id)
+        self.store = RunStore(settings.connection, settings.data_dir, self.changelog.topic, settings.app_id)
         self.table = RunTable(settings, self.store, self.owned_input_tps)
         self.starts, self.directory = kept_directory(settings, sa.partitions)  # a restart reads the tail
         self.reader = DirectoryReader(
             settings.connection, settings.app_id, settings.input_topic, sa.partitions, self.directory
         )
-        self.step = RecordStep(settings, self.table, ErrorRecords(settings, outputs), outputs, self.directory)
+        self.stopping = False
+        self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports
+        self.build_chain(sender, outputs)
+
+    def build_chain(self, sender: Sender, outputs: EventSends) -> None:
+        """The record path (chain.STEPS), last step first, each step handed the next."""
+        settings = self.settings
+        # commits input offsets through faust's consumer (at_least_once), which exists from the app's start
+        commit = functools.partial(faust_private.commit_offsets, self.sa.app.consumer)
+        self.membership = Membership(
+            settings.session_timeout / 3, fenced_by_transactions=settings.exactly_once
+        )
         self.checkpoint = Checkpoint(
             settings.input_topic,
             sender,
             self.table,
             changelog=self.changelog,
-            commit=lambda offsets: faust_private.commit_offsets(sa.app.consumer, offsets),
+            commit=commit,
             tracker=self.tracker,
-            confirm_within=settings.session_timeout / 3,
+            membership=self.membership,
             transactions=self.transactions,
-            on_fenced=self.abandon,
         )
-        self.fenced_at: float | None = None  # when a fence dropped the batch, until the next assignment
-        self.batch = Batch()
-        self.lock = TurnLock()  # one of: a record being processed, a checkpoint, a rebalance hook
-        self.stopping = False
-        self.busy_seconds = 0.0  # time spent processing records (judge, decode, apply, send)
-        self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports
+        self.last = BatchCheckpoint(self.checkpoint, settings.batch_size)
+        send = SendEvents(settings.output_topic, outputs, self.last)
+        errors = ErrorRecords(settings, outputs)
+        apply = ApplyRecord(settings.mapping, settings.max_event_bytes, self.table, errors, send)
+        self.gate = MemberGate(
+            settings.input_topic,
+            self.input,
+            self.table,
+            self.transactions,
+            self.membership,
+            commit,
+            self.last.drop,
+            JudgeMarks(apply),
+        )
+        self.checkpoint.on_fenced = self.gate.abandon
+        wait = ParentWait(
+            settings.mapping, settings.max_event_bytes, self.directory, self.reader, self.tracker, self.gate
+        )
+        self.head = AdmitInOrder(self.input, wait)
 
     def owned_input_tps(self) -> set[Any]:
         """The input topic's partitions currently assigned to this worker."""
-        topic = self.settings.input_topic
-        return {tp for tp in self.sa.app.consumer.assignment() if tp.topic == topic}
+        topic, owned = self.settings.input_topic, set()
+        for tp in self.sa.app.consumer.assignment():
+            if tp.topic == topic:
+                owned.add(tp)
+        return owned
 
-    # ------------------------------------------------------------------ processing
-
-    def add(self, event: Any, child: WaitedChild | None = None) -> None:
-        """Process one taken record: state into the batch's overlay, events into the producer (or the
-        partition's transaction)."""
-        if self.table.rescan_needed:
-            self.table.rescan()
-        msg = event.message
-        partition = msg.partition
-        log_offsets = self.batch.add(partition, msg.offset)
-        self.table.partition = partition  # table reads go to the record's partition's store
-        if self.transactions is not None:
-            self.transactions.select(partition)
-        t = time.perf_counter()
-        self.step.handle(event, log_offsets, child)
-        self.busy_seconds += time.perf_counter() - t
-
-    async def abandon(self, e: ProducerFenced) -> None:
-        """Fenced (exactly_once): another worker took one of the input partitions, so the group dropped
-        this one (a pause past the session timeout, a broker failing over). Nothing of the batch was
-        committed: drop it, forget the assignment (records wait for the next one) and abort the open
-        transactions; the rebalance that gives this worker partitions again follows. Without one in
-        `REJOIN_SECONDS` the process leaves (`FENCED`)."""
-        log.warning(
-            "%s; the batch of %d records is dropped (nothing of it was committed, its records are read "
-            "again from the committed offsets) and the worker waits for the group's rebalance",
-            e,
-            self.batch.size,
-        )
-        metrics.FENCES.inc()
-        self.batch = Batch()
-        self.table.discard_batch()
-        self.input.revoked()  # the synchronous part first: a checkpoint meanwhile finds nothing
-        if self.fenced_at is None:
-            self.fenced_at = time.monotonic()
-        if self.transactions is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.transactions.abort_open)
-
-    def check_rejoined(self) -> None:
-        """Leave (`FENCED`) when a fenced worker got no new assignment within `REJOIN_SECONDS`."""
-        if self.fenced_at is not None and time.monotonic() - self.fenced_at > REJOIN_SECONDS:
-            exit_on_failed_delivery(
-                ProducerFenced(
-                    f"fenced, and no rebalance gave this worker partitions in {REJOIN_SECONDS:.0f} s"
-                )
-            )
-
-    async def wait_for_parents(self, event: Any, child: WaitedChild) -> None:
-        """Wait until the run directory can resolve this child's parent (`RecordStep.waited_child`).
-
-        Called before the record takes the lock: checkpoints and rebalances go on meanwhile, and the
-        directory's progress depends on the records topic only (`DirectoryReader`). Every such child's
-        wait is observed, a zero one too: the START delay the directory adds.
-        """
-        started = time.monotonic()
-        need = self.step.pending(child)
-        if need is not None:
-            metrics.CHILDREN_WAITING.inc()
-            self.tracker.wait_started()  # the records behind it are held, not dropped
-            try:
-                while need is not None:
-                    await self.reader.wait_covered(need)
-                    need = self.step.pending(child)
-            finally:
-                metrics.CHILDREN_WAITING.dec()
-                self.tracker.wait_ended(time.monotonic())
-            child_s = event.message.timestamp
-            if isinstance(child_s, (int, float)) and child_s > 0:
-                behind = (self.reader.newest_ms - child_s * 1000) / 1000
-                metrics.PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))
-        metrics.PARENT_WAIT_SECONDS.observe(time.monotonic() - started)
-
-    async def wait_until_revoked(self, partition: int, offset: int, identity: int) -> None:
-        """Hold the record at `offset` until the rebalance a refused commit announced revokes its
-        partition (`Checkpoint.confirm_member`); raises when none comes within `REJOIN_SECONDS`."""
-        log.warning(
-            "input partition %d: the group refused this worker's commit (it was dropped from the group, "
-            "or the group is rebalancing): the record at offset %d waits for the rebalance, unprocessed",
-            partition,
-            offset,
-        )
-        deadline = time.monotonic() + REJOIN_SECONDS
-        while self.tracker.owns(partition, identity):
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"no rebalance within {REJOIN_SECONDS:.0f} s after the group refused a commit of "
-                    f"input partition {partition}"
-                )
-            await asyncio.sleep(0.1)
+    @property
+    def batch(self) -> Batch:
+        return self.last.batch
 
     async def run_checkpoint(self) -> None:
-        """Checkpoint the batch (under the lock); any exception ends the process (`exit_on_unexpected`)."""
-        async with self.lock:
-            await self.checkpoint_locked()
-
-    async def checkpoint_locked(self) -> None:
-        batch, self.batch = self.batch, Batch()
-        try:
-            await self.checkpoint.run(batch)
-        except Exception as e:  # not caught to go on: the process ends here
-            exit_on_unexpected("checkpointing a batch", e)
+        """Checkpoint the batch, under the gate's lock."""
+        async with self.gate.lock:
+            await self.last.join()
 
     # ------------------------------------------------------------------ rebalances
 
     async def on_partitions_revoked(self) -> None:
-        """Checkpoint the batch before the partitions go (faust suspended the stream already); forget
-        the ledgers."""
-        async with self.lock:
-            await self.checkpoint_locked()
+        """Join the chain (checkpoint the batch before the partitions go; faust suspended the stream
+        already), then close it: the steps forget the assignment."""
+        async with self.gate.lock:
+            await self.last.join()
             self.input.revoked()
             self.table.rescan_needed = True
             if self.transactions is not None:
@@ -242,7 +177,7 @@ class StreamWorker:
         owned = sorted(tp.partition for tp in self.owned_input_tps())
         check_assignment(self.settings.input_topic, owned, self.sa.partitions)  # the input grew: leave
         loop = asyncio.get_running_loop()
-        self.fenced_at = None
+        self.gate.fenced_at = None
         try:
             if self.transactions is not None:  # fences the previous owners: nothing of theirs lands after
                 await loop.run_in_executor(None, self.transactions.assign, owned)
@@ -334,7 +269,7 @@ class StreamWorker:
         log.info(
             "input consumed to its end, every send acknowledged and offsets committed: stopping "
             "(%.1f s processing records, %.1f s in checkpoints, %.1f s in garbage collections)",
-            self.busy_seconds,
+            self.gate.busy_seconds - self.last.full_seconds,
             self.checkpoint.seconds,
             metrics.GC_TIMER.seconds,
         )
@@ -352,7 +287,6 @@ def attach(sa: StreamApp) -> StreamWorker:
     worker.store.standby = standby_states(sa.settings, worker.changelog.topic, sa.partitions)
     app = sa.app
     faust_private.keep_no_read_offsets(app.consumer, sa.settings.input_topic)
-    batch_size = sa.settings.batch_size
 
     @app.agent(sa.input_topic, concurrency=1, name="olstream-stream-runs")
     async def process(stream: Any) -> None:
@@ -363,50 +297,17 @@ def attach(sa: StreamApp) -> StreamWorker:
             if msg.partition >= sa.partitions:  # the input grew since the start: leave
                 check_assignment(sa.settings.input_topic, [msg.partition], sa.partitions)
             try:
-                partition = msg.partition
-                taken = worker.input.admit_at_once(partition, msg.offset)
-                if taken == NOT_ASSIGNED:
-                    taken = await worker.input.admit(partition, msg.offset)
-                elif taken == HOLE:
-                    taken = await worker.input.hole_found(partition, msg.offset)
-                if taken is None:
-                    continue
-                child = worker.step.waited_child(event)
-                if child is not None:
-                    await worker.wait_for_parents(event, child)
-                if worker.lock.free() and worker.checkpoint.member_confirmed():
-                    # nothing below awaits, and nothing holds or waits for the lock: taking it would
-                    # change nothing (no checkpoint or rebalance hook can run meanwhile)
-                    member = True
-                    if worker.tracker.owns(partition, taken):
-                        worker.add(event, child)
-                else:
-                    async with worker.lock:
-                        if not worker.tracker.owns(partition, taken):
-                            continue  # revoked while it waited for the lock: its next owner reads it again
-                        member = await worker.checkpoint.confirm_member(partition)
-                        if member:
-                            worker.add(event, child)
-                if not member:  # the group dropped this worker: its next owner reads the record again
-                    await worker.wait_until_revoked(partition, msg.offset, taken)
-                    continue
-            except ProducerFenced as e:  # the group dropped this worker: drop the batch, wait to rejoin
-                await worker.abandon(e)
-                continue
+                await worker.head.submit(Taken(event, msg.partition, msg.offset))
             except Exception as e:  # not caught to go on: the process ends here
                 exit_on_unexpected(_where(event), e)
-            if worker.batch.size >= batch_size:
-                await worker.run_checkpoint()
 
-    async def flush_quiet_batch() -> None:
-        # a batch younger than batch_within waits for more records; an older one is checkpointed
-        batch = worker.batch
-        if batch.size and time.monotonic() - batch.started >= sa.settings.batch_within:
-            await worker.run_checkpoint()
+    register_hooks(app, worker)
+    register_timers(app, worker)
+    return worker
 
-    # checked 5 times per age limit: a quiet batch waits at most 1.2 times --batch-seconds, the
-    # bound of the lineage topic's freshness under exactly_once (docs/benchmarks.md#freshness)
-    app.timer(sa.settings.batch_within / 5)(flush_quiet_batch)
+
+def register_hooks(app: Any, worker: StreamWorker) -> None:
+    """faust's rebalance signals: revoked (join and close the chain), assigned, complete."""
 
     async def on_revoked(sender: Any, *args: Any, **kwargs: Any) -> None:
         await worker.on_partitions_revoked()
@@ -417,14 +318,29 @@ def attach(sa: StreamApp) -> StreamWorker:
     async def on_rebalance(sender: Any, **kwargs: Any) -> None:
         owned = sorted(tp.partition for tp in worker.owned_input_tps())
         log.info("rebalance complete: input partitions %s", owned)
-        check_assignment(sa.settings.input_topic, owned, sa.partitions)
+        check_assignment(worker.settings.input_topic, owned, worker.sa.partitions)
 
-    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
-    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
-    app.on_rebalance_complete.connect(on_rebalance)  # type: ignore[arg-type]
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)
+    app.on_rebalance_complete.connect(on_rebalance)
+
+
+def register_timers(app: Any, worker: StreamWorker) -> None:
+    """The worker's timers: a quiet batch's checkpoint, the committed offsets, rereads, tails, idle."""
+    settings = worker.settings
+
+    async def flush_quiet_batch() -> None:
+        # a batch younger than batch_within waits for more records; an older one is checkpointed
+        batch = worker.batch
+        if batch.size and time.monotonic() - batch.started >= settings.batch_within:
+            await worker.run_checkpoint()
+
+    # checked 5 times per age limit: a quiet batch waits at most 1.2 times --batch-seconds, the
+    # bound of the lineage topic's freshness under exactly_once (docs/benchmarks.md#freshness)
+    app.timer(settings.batch_within / 5)(flush_quiet_batch)
 
     async def committed_timer() -> None:
-        worker.check_rejoined()
+        worker.gate.check_rejoined()
         await worker.refresh_committed()
 
     app.timer(COMMITTED_REFRESH_SECONDS)(committed_timer)
@@ -439,11 +355,9 @@ def attach(sa: StreamApp) -> StreamWorker:
 
     app.timer(1.0)(tail_timer)
 
-    if sa.settings.until_idle:
+    if settings.until_idle:
 
         async def idle_timer() -> None:
             await worker.check_idle()
 
-        app.timer(sa.settings.idle_check_interval)(idle_timer)
-
-    return worker
+        app.timer(settings.idle_check_interval)(idle_timer)

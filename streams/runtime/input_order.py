@@ -21,6 +21,7 @@ from faust.types import TP
 from olstream.shared.kafka_admin import not_ready
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
 from olstream.streams.runtime import faust_private
+from olstream.streams.runtime.chain import Step, Taken
 from olstream.streams.runtime.input_offsets import InputOffsets
 from olstream.streams.runtime.metrics import INPUT_REREAD
 
@@ -187,3 +188,23 @@ class InputOrder:
     def describe(self) -> str:
         """A line per assigned input partition (logged on SIGUSR1)."""
         return self.tracker.describe(time.monotonic())
+
+
+class AdmitInOrder:
+    """Step 1: take the record only as the next of its partition, in offset order (`InputOrder`)."""
+
+    def __init__(self, order: InputOrder, next_step: Step) -> None:
+        self.order = order
+        self.next = next_step
+
+    async def submit(self, item: Taken) -> None:
+        partition, offset = item.partition, item.offset
+        taken = self.order.admit_at_once(partition, offset)
+        if taken == NOT_ASSIGNED:
+            taken = await self.order.admit(partition, offset)
+        elif taken == HOLE:
+            taken = await self.order.hole_found(partition, offset)
+        if taken is None:
+            return  # not the next record of its partition (read again, or from its commit)
+        item.identity = taken
+        await self.next.submit(item)

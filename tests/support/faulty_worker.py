@@ -15,12 +15,12 @@ from typing import Any
 
 from olstream.cli.main import main
 from olstream.contract.records import Record
-from olstream.streams.runtime import record_step
+from olstream.streams.runtime import apply_record
 from olstream.streams.state import StreamInputError
 
 
 def inject(run_id: str, refuse: bool = False) -> None:
-    real = record_step.apply
+    real = apply_record.apply
 
     def failing(record: Record, *args: Any, **kwargs: Any) -> Any:
         if record.engine_run_id == run_id:
@@ -31,7 +31,7 @@ def inject(run_id: str, refuse: bool = False) -> None:
             raise RuntimeError(f"injected fault on run {run_id}")
         return real(record, *args, **kwargs)
 
-    record_step.apply = failing  # type: ignore[assignment]
+    apply_record.apply = failing  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ monkeypatches one function of the service to block forever, then runs the comman
     python -m tests.support.stop_support source-flush -- source --log ...
     python -m tests.support.stop_support sink-admit -- sink --bootstrap ...
 
-- `worker-block`: `StreamWorker.add` blocks the event loop (a synchronous call that never returns)
+- `worker-block`: `ApplyRecord.change_state` blocks the event loop (a synchronous call that never returns)
   on the record at input partition P, offset O;
 - `worker-await`: the agent awaits `InputOrder.admit` for that record (`admit_at_once` sends it
   there), which never returns, while the event loop runs on (an agent that never returns, even when
@@ -123,21 +123,22 @@ async def _await_forever() -> None:
 
 
 def _stick_worker(kind: str, partition: int, offset: int) -> None:
-    from olstream.streams.runtime.agent import StreamWorker
+    from olstream.streams.runtime.apply_record import ApplyRecord
+    from olstream.streams.runtime.chain import Taken
 
     def chosen(event: Any) -> bool:
         return bool(event.message.partition == partition and event.message.offset == offset)
 
     if kind == "worker-block":
-        add = StreamWorker.add
+        change_state = ApplyRecord.change_state
 
-        def blocking_add(self: StreamWorker, event: Any, child: Any = None) -> None:
-            if chosen(event):
-                _mark(f"in StreamWorker.add at partition {partition} offset {offset}")
+        def blocking_change_state(self: ApplyRecord, item: Taken) -> bool:
+            if chosen(item.event):
+                _mark(f"in ApplyRecord.change_state at partition {partition} offset {offset}")
                 _block_forever()
-            add(self, event, child)
+            return change_state(self, item)
 
-        StreamWorker.add = blocking_add  # type: ignore[method-assign]
+        ApplyRecord.change_state = blocking_change_state  # type: ignore[method-assign]
     else:
         from olstream.streams.runtime.input_order import NOT_ASSIGNED, InputOrder
 

@@ -28,14 +28,13 @@ from olstream.contract import codec, topics, wire
 from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError, ExitCode
-from olstream.streams import input_tracker
+from olstream.streams import input_tracker, log_marks
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
-from olstream.streams.runtime import agent, exits, metrics, record_step
+from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
-from olstream.streams.runtime.turn_lock import TurnLock
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState, state_key
 from olstream.streams.state_store import loads_state
@@ -409,7 +408,7 @@ class Rig:
         [self.process] = self.app.agents
         self.rebalance(assigned=partitions)  # as faust's first assignment: ledgers at the commits
         if member_confirmed:  # the group's acceptance is not under test: every record finds it recent
-            self.worker.checkpoint.confirmed_at = math.inf
+            self.worker.membership.confirmed_at = math.inf
 
     def rebalance(self, assigned: tuple[int, ...]) -> None:
         """A rebalance as faust runs it: the revocation hook, then the assignment hook."""
@@ -493,7 +492,7 @@ def test_a_checkpoint_flushes_the_sends_then_stores_then_flushes_the_changelog_t
         ("changelog",),
         ("commit", 0, 4),  # the processed prefix, once
     ]
-    assert not rig.worker.batch.size and not rig.worker.table.overlay and not rig.worker.table.marks.batch
+    assert not rig.worker.batch.size and not rig.worker.table.open and not rig.worker.table.marks.batch
     assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(3)
 
 
@@ -527,14 +526,14 @@ def test_an_unexpected_exception_on_a_record_exits_before_anything_is_committed(
     """faust would restart a crashed agent and go on past the record: the process leaves instead."""
     rig = Rig(monkeypatch, loop, batch_size=10)
     rig.take()
-    real_apply = record_step.apply
+    real_apply = apply_record.apply
 
     def failing(record: Record, *args: Any, **kwargs: Any) -> Any:
         if record.engine_run_id == "r2":
             raise RuntimeError("injected")
         return real_apply(record, *args, **kwargs)
 
-    monkeypatch.setattr(record_step, "apply", failing)
+    monkeypatch.setattr(apply_record, "apply", failing)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     with pytest.raises(Exited) as exited:
         rig.feed(event_of(started("r2", offset=1, instance="i2"), 0, 1))
@@ -660,7 +659,7 @@ def test_a_record_is_processed_only_after_the_group_accepted_a_commit_recently(
     rig.feed(event_of(started("r2", offset=2, instance="i2"), 0, 2))
     assert rig.take() == [("send", OUTPUT, "START", "r2")]
     # once it is older than a third of the session timeout, it does again
-    rig.worker.checkpoint.confirmed_at -= rig.worker.settings.session_timeout / 3
+    rig.worker.membership.confirmed_at -= rig.worker.settings.session_timeout / 3
     rig.feed(event_of(ended("r2", offset=3), 0, 3))
     assert rig.take() == [("commit", 0, 2), ("send", OUTPUT, "COMPLETE", "r2")]
 
@@ -690,7 +689,7 @@ def test_a_refused_record_without_a_rebalance_ends_the_process_unprocessed(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, member_confirmed=False)
-    monkeypatch.setattr(agent, "REJOIN_SECONDS", 0.3)
+    monkeypatch.setattr(member_gate, "REJOIN_SECONDS", 0.3)
     rig.take()
     rig.consumer.commit_ok = False
     with pytest.raises(Exited) as exited:
@@ -780,7 +779,15 @@ def test_records_are_taken_in_offset_order_per_partition_from_the_committed_offs
     rig.flush_quiet_batch()
     trace = rig.take()
     assert kinds(trace) == ["flush", "set", "set", "set", "set", "set", "changelog", "commit", "commit"]
-    assert [s[1] for s in trace if s[0] == "set"][3:] == ["hwm:0:0", "hwm:1:1"]  # a mark per partition
+    # each partition's run states, then its mark (a stored mark never covers a state not stored)
+    writes = [(s[2], s[1]) for s in trace if s[0] == "set"]
+    assert [key for _, key in writes if key.startswith("hwm:")] == [
+        "hwm:0:0",
+        "hwm:1:1",
+    ]  # a mark per partition
+    for partition in (0, 1):
+        keys = [key for p, key in writes if p == partition]
+        assert keys[-1] == f"hwm:{partition}:{partition}" and len(keys) >= 2
     assert commits(trace, 0) == [8]
     assert commits(trace, 1) == [5]
 
@@ -1153,31 +1160,6 @@ def test_the_agent_takes_faust_s_monitor_sensor_off_the_app() -> None:
     worker_app.drop_monitor_sensor(app)  # a second call changes nothing
 
 
-def test_the_turn_lock_is_free_only_while_nobody_holds_or_waits_for_it() -> None:
-    async def scenario() -> list[bool]:
-        lock = TurnLock()
-        seen = [lock.free()]
-        async with lock:
-            seen.append(lock.free())
-            waiter = asyncio.ensure_future(lock.__aenter__())
-            await asyncio.sleep(0)
-            seen.append(lock.free())
-        seen.append(lock.free())  # released, but the waiter has not run yet: still not free
-        await waiter
-        seen.append(lock.free())
-        await lock.__aexit__(None, None, None)
-        seen.append(lock.free())
-        async with lock:
-            cancelled = asyncio.ensure_future(lock.__aenter__())
-            await asyncio.sleep(0)  # it waits for the lock
-            cancelled.cancel()
-            await asyncio.gather(cancelled, return_exceptions=True)
-        seen.append(lock.free())  # a waiter cancelled while it waited holds nothing
-        return seen
-
-    assert asyncio.run(scenario()) == [True, False, False, False, False, True, True]
-
-
 def test_a_record_s_position_headers_are_read_in_one_pass_as_header_value_reads_them() -> None:
     headers = [
         (wire.HEADER_OFFSET, None),  # not bytes: passed over
@@ -1185,14 +1167,14 @@ def test_a_record_s_position_headers_are_read_in_one_pass_as_header_value_reads_
         (wire.HEADER_OFFSET, b"17"),
         (wire.HEADER_PARTITION, b"9"),  # the first value counts
     ]
-    assert record_step.position_headers(headers) == (3, 17, False)
-    assert record_step.position_headers([*headers, (deadletter.REDRIVE_ATTEMPT, b"1")]) == (3, 17, True)
-    assert record_step.position_headers({wire.HEADER_PARTITION: b"x", wire.HEADER_OFFSET: b"2"}) == (
+    assert log_marks.position_headers(headers) == (3, 17, False)
+    assert log_marks.position_headers([*headers, (deadletter.REDRIVE_ATTEMPT, b"1")]) == (3, 17, True)
+    assert log_marks.position_headers({wire.HEADER_PARTITION: b"x", wire.HEADER_OFFSET: b"2"}) == (
         None,
         2,
         False,
     )
-    assert record_step.position_headers(None) == (None, None, False)
+    assert log_marks.position_headers(None) == (None, None, False)
 
 
 # ---------------------------------------------------------------------------- exactly_once
@@ -1213,8 +1195,8 @@ def test_under_exactly_once_a_batch_is_one_transaction_per_partition_and_stored_
         ("txn-send", 1, OUTPUT, "START"),
         ("txn-send", 0, OUTPUT, "COMPLETE"),
         ("txn-set", "0:r1", 0),  # the state, into the transaction of its record's partition
+        ("txn-set", "hwm:0:0", 0),  # then that partition's mark
         ("txn-set", "1:r2", 1),
-        ("txn-set", "hwm:0:0", 0),
         ("txn-set", "hwm:1:1", 1),
         ("txn-commit", ((0, 2), (1, 1))),  # with the input offsets; no commit through faust's consumer
     ]
@@ -1235,12 +1217,12 @@ def test_under_exactly_once_a_fenced_worker_drops_its_batch_and_processes_again_
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert rig.table.rows == {} and rig.table.writes == []
     assert not rig.worker.input.assigned.is_set()  # records wait for the rebalance
-    assert rig.worker.fenced_at is not None and not rig.worker.batch.size
+    assert rig.worker.gate.fenced_at is not None and not rig.worker.batch.size
     assert metrics.FENCES._value.get() >= 1
 
     rig.transactions.fenced = False
     rig.rebalance(assigned=(0, 1))  # the group's rebalance gives it its partitions again
-    assert rig.worker.fenced_at is None
+    assert rig.worker.gate.fenced_at is None
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2),))]
@@ -1253,9 +1235,9 @@ def test_a_fenced_worker_that_is_never_reassigned_leaves_with_fenced(
     rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once")
     rig.transactions.fenced = True
     rig.feed(event_of(started("r1", offset=0), 0, 0))
-    assert rig.worker.fenced_at is not None
-    rig.worker.check_rejoined()  # within REJOIN_SECONDS: it waits
-    rig.worker.fenced_at -= agent.REJOIN_SECONDS + 1
+    assert rig.worker.gate.fenced_at is not None
+    rig.worker.gate.check_rejoined()  # within REJOIN_SECONDS: it waits
+    rig.worker.gate.fenced_at -= member_gate.REJOIN_SECONDS + 1
     with pytest.raises(Exited) as exited:
-        rig.worker.check_rejoined()
+        rig.worker.gate.check_rejoined()
     assert exited.value.code == ExitCode.FENCED

@@ -1,0 +1,97 @@
+"""The record path as a chain (``streams/runtime/chain.py``): docs/worker.md draws the steps the code
+builds, in the same order, and one record's way from faust's delivery to its committed offset
+passes those steps, in order, and few functions of the runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import re
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from olstream.streams.runtime import chain
+from olstream.streams.runtime.chain import Taken
+from tests.support.stream_records import ended, started
+from tests.unit.streams.runtime.test_agent import Rig, commits, event_of
+
+REPO = Path(__file__).resolve().parents[4]
+RUNTIME = REPO / "streams" / "runtime"
+MAX_RUNTIME_FUNCTIONS = 20  # issue 41: a record's path passes at most 20 functions of streams/runtime/
+
+
+def drawn_steps() -> list[tuple[str, str]]:
+    """The steps docs/worker.md draws between its chain markers: (class, file under streams/runtime)."""
+    text = (REPO / "docs" / "worker.md").read_text()
+    begin, end = text.index("<!-- chain: begin"), text.index("<!-- chain: end -->")
+    drawing = text[begin:end]
+    assert len(drawing.splitlines()) <= 40, "the chain's drawing takes at most 40 lines"
+    found = re.findall(r"^\s*(\d+) (\w+)\s+streams/runtime/(\w+\.py)", drawing, re.MULTILINE)
+    assert [int(n) for n, _, _ in found] == list(range(1, len(found) + 1)), "steps numbered in order"
+    return [(name, module) for _, name, module in found]
+
+
+def test_the_drawing_in_worker_md_names_the_steps_of_the_code_in_order() -> None:
+    assert drawn_steps() == list(chain.STEPS)
+    assert 6 <= len(chain.STEPS) <= 8
+    for name, module in chain.STEPS:
+        assert (RUNTIME / module).is_file(), module
+        cls = getattr(importlib.import_module(f"olstream.streams.runtime.{module[:-3]}"), name)
+        assert asyncio.iscoroutinefunction(cls.submit), f"{name}.submit is the chain's contract"
+
+
+def walk(rig: Rig) -> list[str]:
+    """The worker's chain from its head, each step's `next` in turn."""
+    names, step = [], rig.worker.head
+    while step is not None:
+        names.append(type(step).__name__)
+        step = getattr(step, "next", None)
+    return names
+
+
+def test_the_worker_builds_the_chain_the_drawing_shows(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    rig = Rig(monkeypatch, loop)
+    assert walk(rig) == [name for name, _ in chain.STEPS]
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_record_passes_the_steps_in_order_and_at_most_20_runtime_functions(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop, guarantee: str
+) -> None:
+    """A record traced from the agent's hand-over (`StreamWorker.head`) to its committed offset (a
+    batch of one, so its checkpoint commits it). Counted: the functions of streams/runtime/; not
+    counted: the pure core (streams/*.py, contract), faust, the standard library and the rig's fakes
+    (which stand in for the Kafka clients and the store)."""
+    rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee=guarantee)
+    # first uses: the table's rescan, the marks read, the metrics' label children
+    rig.feed(event_of(started("warm", offset=0), 0, 0), event_of(ended("warm", offset=1), 0, 1))
+    rig.feed(event_of(started("run", offset=2), 0, 2))
+    rig.take()
+    calls: list[tuple[str, str]] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        name = frame.f_code.co_filename
+        if event == "call" and "/streams/runtime/" in name and "/tests/" not in name:
+            calls.append((Path(name).name, frame.f_code.co_qualname))
+
+    event = event_of(ended("run", offset=3), 0, 3)
+    sys.setprofile(profile)
+    try:
+        loop.run_until_complete(rig.worker.head.submit(Taken(event, 0, 3)))
+    finally:
+        sys.setprofile(None)
+    trace = rig.take()
+    if guarantee == "exactly_once":
+        assert ("txn-commit", ((0, 4),)) in trace
+    else:
+        assert commits(trace, 0) == [4]
+    functions = list(dict.fromkeys(calls))
+    submits = [qualname.split(".")[0] for _, qualname in functions if qualname.endswith(".submit")]
+    assert submits == [name for name, _ in chain.STEPS]
+    assert len(functions) <= MAX_RUNTIME_FUNCTIONS, "\n".join(f"{m}: {q}" for m, q in functions)
