@@ -44,7 +44,8 @@ WATERMARK_TIMEOUT_SECONDS = 60.0  # how long a changelog partition may be withou
 
 # Memory of each partition's database, bounded (RocksDB's defaults are 64 MiB write buffers and an
 # 8 MiB block cache): the live table is small (open runs, and finished ones until --retention),
-# and most reads hit the batch's overlay or the decoded-state cache (docs/worker.md, design notes).
+# and most reads hit the partition transaction's changes or the decoded-state cache (docs/worker.md,
+# design notes).
 WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 WRITE_BUFFERS = 2
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024
