@@ -115,6 +115,12 @@ _RETRIED = {
 }
 
 
+def passes_soon(error: KafkaError) -> bool:
+    """Whether Kafka would likely answer a moment later: a partition's leader moving (`not_ready`),
+    a look-up timing out, the group coordinator moving or loading."""
+    return not_ready(error) or error.code() in _RETRIED
+
+
 def retrying(call: Callable[[], T], what: str, timeout: float) -> T:
     """`call()`, asked again while Kafka answers with a retriable error (a leader not elected yet,
     a look-up timing out right after a topic was created), for up to `timeout` seconds."""
@@ -124,7 +130,7 @@ def retrying(call: Callable[[], T], what: str, timeout: float) -> T:
             return call()
         except KafkaException as e:
             error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-            worth = error is not None and (not_ready(error) or error.code() in _RETRIED)
+            worth = error is not None and passes_soon(error)
             if not worth or time.monotonic() >= deadline:
                 raise InfrastructureError(f"{what}: {error.str() if error else e}") from e
             log.debug("%s: %s; asking again", what, error.str() if error else e)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka.errors import IllegalStateError
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from faust.types import TP
 
-from olstream.shared.kafka_admin import not_ready
+from olstream.shared.kafka_admin import passes_soon
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
 from olstream.streams.runtime import faust_private
 from olstream.streams.runtime.chain import Step, Taken
@@ -32,10 +32,6 @@ NOT_ASSIGNED = -1
 """`InputOrder.admit_at_once`: the assignment's ledgers do not exist yet (`admit` waits for them)."""
 HOLE = -2
 """`InputOrder.admit_at_once`: the record found a hole (`hole_found` asks the broker about it)."""
-
-
-def _timed_out(error: KafkaError) -> bool:
-    return bool(error.code() == KafkaError._TIMED_OUT)
 
 
 class InputOrder:
@@ -60,7 +56,8 @@ class InputOrder:
     async def assign(self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS) -> None:
         """Start a ledger per assigned partition at the group's committed offset (its earliest offset when
         the group never committed it). faust seeks the partitions there too. Asked again while a
-        partition's leader is moving (a broker failing over), up to `timeout` seconds."""
+        partition's leader or the group's coordinator is moving (a broker failing over), up to
+        `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -69,9 +66,10 @@ class InputOrder:
                 earliest = await self.offsets.bounds(never) if never else {}
                 break
             except KafkaException as e:
-                # a leader moving (a broker failing over) shows as not-ready errors, or as a local
-                # time-out of the watermark request while the partition has no leader
-                if time.monotonic() >= deadline or not (not_ready(e.args[0]) or _timed_out(e.args[0])):
+                # a broker failing over: a leader moving shows as not-ready errors, or as a local
+                # time-out of the watermark request while the partition has no leader; the group's
+                # coordinator moving as NOT_COORDINATOR from the committed-offsets request
+                if time.monotonic() >= deadline or not passes_soon(e.args[0]):
                     raise
                 log.info("input partitions %s: asking again where the group stands (%s)", partitions, e)
                 await asyncio.sleep(0.5)

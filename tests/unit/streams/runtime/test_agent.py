@@ -820,14 +820,20 @@ def test_a_partition_the_group_never_committed_is_committed_at_its_start_by_the_
     assert commits(rig.take(), 1) == []
 
 
+@pytest.mark.parametrize(
+    "code",
+    ["NOT_LEADER_FOR_PARTITION", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "_TIMED_OUT"],
+)
 def test_an_assignment_during_a_leader_election_asks_the_broker_again(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, code: str
 ) -> None:
-    """A broker died: the group's offsets cannot be read until the partition's new leader is elected."""
+    """A broker died: the group's offsets cannot be read until the partition's new leader is elected
+    or the group's coordinator has moved (NOT_COORDINATOR: the broker kill test once ended a worker
+    here)."""
     from confluent_kafka import KafkaError, KafkaException
 
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
-    answers: list[Exception | None] = [KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)), None]
+    answers: list[Exception | None] = [KafkaException(KafkaError(getattr(KafkaError, code))), None]
     committed = rig.offsets.committed
 
     async def electing(partitions: list[int]) -> dict[int, int]:
