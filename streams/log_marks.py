@@ -61,7 +61,8 @@ def is_mark_key(key: bytes) -> bool:
     return key.startswith(_PREFIX_BYTES)
 
 
-def _int(raw: bytes | None) -> int | None:
+def int_value(raw: bytes | None) -> int | None:
+    """A header's value as an int; None when absent or not a number."""
     try:
         return None if raw is None else int(raw)
     except ValueError:
@@ -85,7 +86,7 @@ def position_headers(headers: Any) -> tuple[int | None, int | None, bool]:
                 offset = value
         elif key == deadletter.REDRIVE_ATTEMPT:
             redriven = True
-    return _int(partition), _int(offset), redriven
+    return int_value(partition), int_value(offset), redriven
 
 
 class Verdict(Enum):
@@ -166,7 +167,7 @@ class MarkBook(Generic[Source]):
     """The marks as stored (read once per input and log partition, then remembered) and the batch's
     advances, not stored yet.
 
-    ``Source`` is what the agent keeps with a batch's mark: the event whose partition it is written to.
+    ``Source`` is what a caller keeps with a batch's mark (the worker keeps nothing: None).
     """
 
     stored: dict[Where, LogMark | None] = field(default_factory=dict)  # None: the table has none

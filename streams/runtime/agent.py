@@ -127,7 +127,7 @@ class StreamWorker:
         self.last = BatchCheckpoint(self.checkpoint, settings.batch_size)
         send = SendEvents(settings.output_topic, outputs, self.last)
         errors = ErrorRecords(settings, outputs)
-        apply = ApplyRecord(settings.mapping, settings.max_event_bytes, self.table, errors, send)
+        apply = ApplyRecord(settings.mapping, self.table, errors, send)
         self.gate = MemberGate(
             settings.input_topic,
             self.input,

@@ -18,7 +18,7 @@ import logging
 
 from olstream.contract import codec, wire
 from olstream.contract.naming import MAX_JOB_PATH_BYTES
-from olstream.contract.records import DatasetDeclared, Record, RunEnded, RunStarted
+from olstream.contract.records import Record, RunEnded, RunStarted
 from olstream.shared.errors import DecodeError
 from olstream.streams import processor
 from olstream.streams.mapping import MappingConfig
@@ -44,11 +44,8 @@ log = logging.getLogger(__name__)
 class ApplyRecord:
     """Applies one input record to its partition's state transaction."""
 
-    def __init__(
-        self, cfg: MappingConfig, max_event_bytes: int, table: RunTable, errors: ErrorRecords, next_step: Step
-    ) -> None:
+    def __init__(self, cfg: MappingConfig, table: RunTable, errors: ErrorRecords, next_step: Step) -> None:
         self.cfg = cfg
-        self.max_event_bytes = max_event_bytes
         self.table = table
         self.errors = errors
         self.next = next_step
@@ -61,7 +58,7 @@ class ApplyRecord:
         await self.next.submit(item)
 
     def change_state(self, item: Taken) -> bool:
-        """Apply the record; whether it has events to send (False: nothing to apply, or refused)."""
+        """Apply the record; False when there was nothing to apply or it was refused (it is done)."""
         event, record = item.event, item.record
         if record is None:  # not decoded by the parent wait
             if (
@@ -94,10 +91,7 @@ class ApplyRecord:
                 f"record at log partition {record.partition}, offset {record.offset}: the run directory "
                 f"is behind its heads {e.heads} after the wait"
             ) from e
-        oversized = step.write is not None and isinstance(record, DatasetDeclared)  # its state may grow
-        for out in step.outputs:
-            oversized = oversized or len(out.value) > self.max_event_bytes
-        if oversized and self.errors.too_large(event, record, step):
+        if self.errors.too_large(event, record, step):
             return False
         if step.write is not None:
             tx.set(step.key, step.write)

@@ -7,8 +7,8 @@ record, the source's marker of a rejected row) is marked `done` and passed on un
 checkpoint still counts its offset. docs/worker.md draws the chain; ``tests/unit/streams/runtime/
 test_chain.py`` holds the drawing and `STEPS` together.
 
-A rebalance closes and joins the chain (`StreamWorker.on_partitions_revoked`): under the gate's lock
-the checkpoint step commits its batch, then the steps forget the assignment.
+A rebalance joins, then closes the chain (`StreamWorker.on_partitions_revoked`): under the gate's
+lock the checkpoint step commits its batch, then the steps forget the assignment.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A batch is the records processed since the last checkpoint (``batch_size`` recor
 ``batch_within`` seconds, or a rebalance). Its checkpoint makes the batch durable in Kafka, then
 stores its state locally, never the other way round:
 
-`Checkpoint.make_durable` runs its steps in order:
+`Checkpoint.run` runs its steps in order:
 
 1. **sends acknowledged** (``at_least_once``): every event the batch sent (output and errors topics)
    was acknowledged by the broker (``Sender.flush``; ``acks=all``, idempotent). A failed send ends
@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from faust.types import TP
@@ -54,7 +54,7 @@ from olstream.streams.partition_state import ChangelogSends
 from olstream.streams.runtime.chain import Taken
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
-from olstream.streams.runtime.member_gate import Membership
+from olstream.streams.runtime.member_gate import Commit, Membership
 from olstream.streams.runtime.metrics import BATCH_SECONDS, RETAINED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
@@ -62,7 +62,6 @@ from olstream.streams.runtime.transactions import PartitionTransactions, Produce
 
 log = logging.getLogger(__name__)
 
-Commit = Callable[[Mapping[TP, int]], Awaitable[bool]]
 Fenced = Callable[[ProducerFenced], Awaitable[None]]
 
 

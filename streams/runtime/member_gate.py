@@ -98,13 +98,8 @@ class MemberGate:
         async with self.lock:
             if not self.tracker.owns(partition, item.identity):
                 return  # revoked while it waited: its next owner reads it again
-            m = self.membership
-            if (
-                m.fenced_by_transactions
-                or time.monotonic() - m.confirmed_at < m.confirm_within
-                or await self.confirm_member(partition)
-            ):
-                item.state = self.table.open.get(partition) or self.table.transaction(partition)
+            if self.membership.confirmed() or await self.confirm_member(partition):
+                item.state = self.table.transaction(partition)
                 if self.transactions is not None:
                     self.transactions.select(partition)  # its events go into its partition's transaction
                 started = time.perf_counter()
@@ -117,12 +112,10 @@ class MemberGate:
         await self.wait_until_revoked(partition, item.offset, item.identity)
 
     async def confirm_member(self, partition: int) -> bool:
-        """Whether the group counts this worker as a member of the current generation: true when a
-        commit was accepted within `confirm_within` seconds, else after committing `partition`'s
-        committed offset again (under the lock, so never beside a checkpoint's commit: an offset never
-        goes backwards). False: the commit was refused (a rebalance is on its way)."""
-        if self.membership.confirmed():
-            return True
+        """No commit was accepted within `confirm_within` seconds: whether the group still counts this
+        worker as a member of the current generation, after committing `partition`'s committed offset
+        again (under the lock, so never beside a checkpoint's commit: an offset never goes backwards).
+        False: the commit was refused (a rebalance is on its way)."""
         offset = self.tracker.recommit_offset(partition)
         if offset is None:
             return False

@@ -14,20 +14,13 @@ from olstream.contract import wire
 from olstream.contract.records import DatasetDeclared, Record
 from olstream.shared import deadletter
 from olstream.streams import sizes
+from olstream.streams.log_marks import int_value
 from olstream.streams.processor import Step
 from olstream.streams.runtime.metrics import ERRORS
 from olstream.streams.runtime.sender import EventSends
 from olstream.streams.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
-
-
-def int_value(raw: bytes | None) -> int | None:
-    """A header's value as an int; None when absent or not a number."""
-    try:
-        return None if raw is None else int(raw)
-    except ValueError:
-        return None
 
 
 def int_header(headers: Any, name: str) -> int | None:

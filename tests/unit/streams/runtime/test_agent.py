@@ -995,7 +995,7 @@ def test_sigusr1_describes_where_each_input_partition_is_read(rig: Rig) -> None:
     assert "read again: no" in lines[1]
 
 
-# ---------------------------------------------------------------------------- the batch overlay
+# ---------------------------------------------------------------------------- the batch's state
 
 
 def test_records_of_one_run_in_one_batch_see_each_others_state(rig: Rig) -> None:
