@@ -224,10 +224,14 @@ class Pipeline:
         return read_properties(self.extra[self.extra.index("--kafka-config") + 1])
 
     def delivered(self) -> list[bytes]:
-        """The sink file's lines (events as delivered, byte for byte), in order."""
+        """The sink file's complete lines (events as delivered, byte for byte), in order. The sink's
+        writes are buffered (flushed and fsynced before its commits), so a running sink's file may
+        end inside a line: that part is left for the next read."""
         if not self.events_file.exists():
             return []
-        return [line for line in self.events_file.read_bytes().splitlines() if line.strip()]
+        written = self.events_file.read_bytes()
+        complete = written[: written.rfind(b"\n") + 1]
+        return [line for line in complete.splitlines() if line.strip()]
 
 
 def dump_tasks(workers: Sequence[subprocess.Popen[bytes]]) -> None:
