@@ -29,6 +29,7 @@ from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.openlineage_schema import validator
 from tests.support.pipeline_support import GrowingLog, LocalCluster, dump_tasks, local_cluster
 from tests.support.receiver import Request
+from tests.support.stop_support import committed_everything
 from tests.support.stream_support import (
     OLSTREAM,
     Out,
@@ -86,16 +87,6 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         c.close()
 
 
-def committed_all(bootstrap: str, group: str, topic: str) -> bool:
-    ends = end_offsets(bootstrap, topic)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        committed = c.committed([TopicPartition(topic, p) for p in ends], timeout=10)
-        return all(ends[tp.partition] == 0 or tp.offset >= ends[tp.partition] for tp in committed)
-    finally:
-        c.close()
-
-
 def wait_for(what: str, check: object, timeout: float, region: Region | None = None) -> None:
     """Wait until `check()`; on timeout, the region's workers dump their tasks and their logs are shown."""
     deadline = time.monotonic() + timeout
@@ -134,7 +125,7 @@ class Region:
     def caught_up(self) -> bool:
         for p, log in zip(self.procs, self.logs, strict=True):
             assert p.poll() is None, f"{log.name} exited {p.returncode}:\n{tail(log)}"
-        return committed_all(self.cluster.bootstrap, self.group, self.input)
+        return committed_everything(self.cluster.bootstrap, self.group, self.input)
 
     def events(self) -> list[Out]:
         return sorted(

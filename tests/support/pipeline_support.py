@@ -205,7 +205,10 @@ class Pipeline:
         which stage a stalled pipeline stands still in."""
         out = {}
         for topic, group in ((self.input, f"{self.name}-worker"), (self.output, f"{self.name}-sink")):
-            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, **self.kafka_properties()})
+            # read_uncommitted: an open transaction of the group would make committed() time out
+            # (see stop_support.committed_offsets)
+            settings = {"isolation.level": "read_uncommitted", **self.kafka_properties()}
+            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, **settings})
             try:
                 parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
                 ends = sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)

@@ -67,13 +67,34 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
-    """The group's committed offset of each partition of `topic` (-1001: none), by partition."""
-    c = _consumer(bootstrap, group)
+    """The group's committed offset of each partition of `topic` (-1001: none), by partition.
+
+    Offsets a worker sends inside a transaction count once the transaction commits. The reader is
+    read_uncommitted on purpose: librdkafka's `committed()` in read_committed asks for stable
+    offsets, and the broker answers UNSTABLE_OFFSET_COMMIT while a transaction holding the group's
+    offsets is open; a worker killed mid-transaction leaves it open until it times out or a new
+    producer fences it, so the read would time out instead of answering (CI of stop 47).
+    """
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
     try:
         tps = c.committed([TopicPartition(topic, p) for p in _partitions(c, topic)], timeout=10)
         return [tp.offset for tp in sorted(tps, key=lambda tp: tp.partition)]
     finally:
         c.close()
+
+
+def committed_everything(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether the group committed each non-empty partition of `topic` to its end."""
+    ends = end_offsets(bootstrap, topic)
+    done = committed_offsets(bootstrap, group, topic)
+    return all(end == 0 or offset >= end for end, offset in zip(ends, done, strict=True))
 
 
 # ---------------------------------------------------------------------------- processes

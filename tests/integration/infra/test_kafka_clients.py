@@ -11,9 +11,11 @@ import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as Tp
 
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, kafka_major
+from tests.support.stop_support import committed_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +130,28 @@ def test_confluent_reads_what_aiokafka_wrote(
     asyncio.run(produce())
     values = _consume_confluent(kafka_bootstrap, topic, unique_group, "classic", 5)
     assert values == [f"x{i}".encode() for i in range(5)]
+
+
+def test_committed_offsets_answer_while_a_killed_workers_transaction_is_still_open(
+    kafka_bootstrap: str, make_topic: object, unique_group: str
+) -> None:
+    """The tests' offset reader (stop_support.committed_offsets) answers at once with the last committed
+    offsets while a transaction holding the group's offsets is open, as a worker killed mid-transaction
+    leaves it; a read_committed `committed()` waits for stable offsets until it times out."""
+    topic = make_topic(1)  # type: ignore[operator]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{unique_group}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"v")
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
+    try:
+        producer.send_offsets_to_transaction([Tp(topic, 0, 1)], group.consumer_group_metadata(), 30)
+        started = time.monotonic()
+        assert committed_offsets(kafka_bootstrap, unique_group, topic) == [-1001]
+        assert time.monotonic() - started < 5
+        with pytest.raises(KafkaException, match="Timed out"):
+            group.committed([Tp(topic, 0)], timeout=2)  # read_committed, librdkafka's default
+        producer.commit_transaction(30)
+        assert committed_offsets(kafka_bootstrap, unique_group, topic) == [1]
+    finally:
+        group.close()

@@ -17,6 +17,7 @@ from olstream.contract.naming import normalize_namespace
 from olstream.contract.records import DatasetDeclared, Direction, RunEnded, RunStarted
 from olstream.shared.errors import ExitCode
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
+from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (
     Out,
@@ -64,20 +65,6 @@ class Follower:
 
     def close(self) -> None:
         self.c.close()
-
-
-def committed_everything(bootstrap: str, group: str, topic: str) -> bool:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        committed = c.committed([TopicPartition(topic, p) for p in parts], timeout=10)
-        for tp in committed:
-            _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
-            if high > 0 and tp.offset < high:
-                return False
-        return True
-    finally:
-        c.close()
 
 
 def test_scale_out_kill_9_one_of_three_workers(

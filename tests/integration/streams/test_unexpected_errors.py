@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from olstream.shared.errors import ExitCode
+from tests.support.stop_support import committed_offsets
 from tests.support.stream_records import ended, started
 from tests.support.stream_support import (
     consume_all,
@@ -21,15 +21,6 @@ from tests.support.stream_support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def committed_offset(bootstrap: str, group: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        [tp] = c.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(tp.offset)
-    finally:
-        c.close()
 
 
 def test_an_unexpected_exception_exits_non_zero_and_its_record_is_not_committed(
@@ -59,7 +50,7 @@ def test_an_unexpected_exception_exits_non_zero_and_its_record_is_not_committed(
     text = log.read_text()
     assert "unexpected RuntimeError: injected fault on run r2" in text, tail(log)
     assert "topic partition 0, offset 2" in text and "Agent crashed" not in text, tail(log)
-    assert committed_offset(kafka_bootstrap, unique_group, src) <= 2, "committed past the failed record"
+    assert committed_offsets(kafka_bootstrap, unique_group, src)[0] <= 2, "committed past the failed record"
 
     # the same group without the fault: every run arrives, nothing went to the errors topic
     run_until_idle(cmd, tmp_path / "w.log")
