@@ -5,11 +5,10 @@
 # Usage: infra/run-tests.sh [pytest args...]   (default: the whole suite, unit and integration)
 #
 # The whole suite (no arguments, or just `tests`) runs as two pytest sessions at once, each with its
-# own temp directory and its own broker: the sink's integration tests, the alert test and the unit
-# tests beside the rest. The sink's tests mostly wait (a receiver down for 60 s, retries, backoff)
-# and the unit tests take a minute and a half of one core, while the rest keeps the cores busy only
-# part of the time: about 28 minutes instead of 34 on 2 cores (docs/testing.md). Output of the
-# second session follows the first's; the run fails when either does.
+# own temp directory and its own broker: the chart's, the sink's and the wheel's integration tests
+# and the unit tests beside the rest. The suite mostly waits (outages, timeouts, JVMs starting): one
+# session kept 2 cores 34% busy. Timings are in docs/testing.md. Output of the second session
+# follows the first's; the run fails when either does.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,7 +56,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 cd "$repo"
-beside=(tests/unit tests/integration/connectors/sink tests/integration/deploy/test_alerts.py)
+beside=(tests/integration/deploy tests/integration/connectors/sink tests/integration/test_install.py tests/unit)
 if [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "${1%/}" = tests ]; }; then
   ignored=()
   for path in "${beside[@]}"; do ignored+=("--ignore=$path"); done
