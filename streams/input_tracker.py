@@ -290,6 +290,19 @@ class InputTracker:
                 out[partition] = offset
         return out
 
+    def partitions(self) -> list[int]:
+        """The partitions of the current assignment's ledgers."""
+        return sorted(self.ledgers)
+
+    def transaction_offsets(self) -> tuple[dict[int, int], dict[int, int]]:
+        """The offsets a transaction commits (exactly_once): where each partition's processed prefix
+        moved (`committable`), and beside them every other owned partition's committed one again, so
+        that every transaction's offsets carry the group's generation check (the second mapping: all)."""
+        moved = self.committable()
+        every = {p: o for p in self.ledgers if (o := self.recommit_offset(p)) is not None}
+        every.update(moved)
+        return moved, every
+
     def recommit_offset(self, partition: int) -> int | None:
         """The offset a commit of `partition` may carry without moving it: the group's committed one
         (its earliest when never committed, where the first checkpoint commits it); None: not owned."""

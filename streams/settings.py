@@ -122,10 +122,11 @@ WORKER_SETTINGS = (
     Setting(
         "processing_guarantee",
         "exactly_once",
-        "exactly_once: each checkpoint is one Kafka transaction per input partition (its events, error "
-        "records, state and input offset), so a worker the group dropped can never write again and "
-        "read_committed subscribers get each event once; at_least_once: no transactions (for "
-        "Kafka-compatible services without them), events may repeat after a crash or a rebalance",
+        "exactly_once: each checkpoint is one Kafka transaction of the worker's one producer (its "
+        "events, error records, state and input offsets), fenced by the group's generation, so a worker "
+        "the group dropped can never write again and read_committed subscribers get each event once; "
+        "at_least_once: no transactions (for Kafka-compatible services without them), events may "
+        "repeat after a crash or a rebalance",
         choices=PROCESSING_GUARANTEES,
     ),
     Setting("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),

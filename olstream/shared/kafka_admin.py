@@ -112,6 +112,7 @@ _RETRIED = {
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNSTABLE_OFFSET_COMMIT,  # a transaction holding the group's offsets is still open
 }
 
 

@@ -6,9 +6,11 @@ draws it): faust's stream → `AdmitInOrder` → `ParentWait` → `MemberGate` �
 step handed the next. The input topic is declared with ``acks=False``: faust never acks, gap-fills
 or commits it; the checkpoint is the only commit.
 
-An assignment first initialises the partitions' transactional producers (exactly_once: that fences
-their previous owner), then restores their run states from the changelog (read_committed), then
-reads the group's committed offsets; records of the new assignment wait for all three.
+Under exactly_once the worker has one transactional producer for its life, initialised before its
+first assignment and kept across rebalances (``olstream.streams.runtime.transactions``). An
+assignment reads the group's committed offsets as stable ones (after any previous owner's
+transaction holding them ended), then restores the partitions' run states from the changelog
+(read_committed); records of the new assignment wait for both.
 
 A rebalance revokes every partition (faust's eager protocol): faust first suspends the stream, then
 sends ``on_partitions_revoked``, and the worker joins and closes the chain there: under the gate's
@@ -44,6 +46,7 @@ from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.checkpoint import Batch, BatchCheckpoint, Checkpoint
 from olstream.streams.runtime.directory_reader import DirectoryReader, kept_directory
 from olstream.streams.runtime.exits import exit_on_unexpected
+from olstream.streams.runtime.group_member import GroupMember, check_metadata_format
 from olstream.streams.runtime.input_offsets import InputOffsets
 from olstream.streams.runtime.input_order import AdmitInOrder, InputOrder
 from olstream.streams.runtime.mark_judge import JudgeMarks
@@ -56,7 +59,8 @@ from olstream.streams.runtime.send_events import SendEvents
 from olstream.streams.runtime.sender import EventSends, Sender
 from olstream.streams.runtime.standby import standby_states
 from olstream.streams.runtime.topology import changelog_topic, check_assignment
-from olstream.streams.runtime.transactions import PartitionTransactions
+from olstream.streams.runtime.transactions import WorkerTransactions
+from olstream.streams.runtime.worker_identity import claim
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +87,8 @@ class StreamWorker:
         self.input = InputOrder(self.tracker, input_offsets, lambda: sa.app.consumer, settings.input_topic)
         sized = topics.producer_size_config(settings.max_event_bytes)
         self.changelog = ChangelogWriter(settings.connection, changelog_topic(settings.app_id), sized)
-        self.transactions = (
-            PartitionTransactions(
-                settings.connection,
-                settings.app_id,
-                settings.input_topic,
-                input_offsets.group_metadata,
-                sized,
-            )
-            if settings.exactly_once
-            else None
-        )
-        # under exactly_once a record's events and error records go into its partition's transaction
+        self.transactions = self.worker_transactions(sized) if settings.exactly_once else None
+        # under exactly_once a record's events and error records go into the worker's transaction
         outputs: EventSends = sender if self.transactions is None else self.transactions
         self.store = RunStore(settings.connection, settings.data_dir, self.changelog.topic, settings.app_id)
         self.table = RunTable(settings, self.store, self.owned_input_tps)
@@ -105,6 +99,25 @@ class StreamWorker:
         self.stopping = False
         self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports
         self.build_chain(sender, outputs)
+
+    def worker_transactions(self, sized: dict[str, Any]) -> WorkerTransactions:
+        """exactly_once: the worker's transactional producer (its id kept in the data dir, which this
+        process locks), sending the offsets with faust's member's own generation (KIP-447). Its
+        transactions time out after the session timeout (at least twice the batch's age limit), so a
+        worker killed and not restarted holds read_committed readers of its output for that long,
+        plus the broker's abort check interval."""
+        settings = self.settings
+        check_metadata_format(settings.app_id, self.input_offsets.group_metadata())
+        self.identity = claim(settings.data_dir)
+        member = GroupMember(settings.app_id, lambda: faust_private.group_member(self.sa.app.consumer))
+        return WorkerTransactions(
+            settings.connection,
+            self.identity.transactional_id(settings.app_id),
+            settings.input_topic,
+            member.metadata,
+            transaction_timeout=max(settings.session_timeout, 2 * settings.batch_within),
+            extra=sized,
+        )
 
     def build_chain(self, sender: Sender, outputs: EventSends) -> None:
         """The record path (chain.STEPS), last step first, each step handed the next."""
@@ -170,8 +183,6 @@ class StreamWorker:
             await self.last.join()
             self.input.revoked()
             self.table.rescan_needed = True
-            if self.transactions is not None:
-                self.transactions.close()
 
     async def on_partitions_assigned(self) -> None:
         owned = sorted(tp.partition for tp in self.owned_input_tps())
@@ -179,12 +190,15 @@ class StreamWorker:
         loop = asyncio.get_running_loop()
         self.gate.fenced_at = None
         try:
-            if self.transactions is not None:  # fences the previous owners: nothing of theirs lands after
-                await loop.run_in_executor(None, self.transactions.assign, owned)
+            if self.transactions is not None:  # the first assignment only: it is kept across rebalances
+                await loop.run_in_executor(None, self.transactions.start)
+            # stable offsets first: a previous owner's transaction holding them ended (committed or
+            # aborted), so the restore after it reads what that transaction wrote, or nothing of it
+            bases, never = await self.input.positions(owned)
             await loop.run_in_executor(None, self.store.assign, owned)  # committed state only
-            await self.input.assign(owned)  # the committed offsets, read after the fence
+            self.input.take(bases, never)
         except Exception as e:  # the broker did not say where the group stands: nothing is safe to take
-            exit_on_unexpected(f"taking input partitions {owned} (producers, run states, offsets)", e)
+            exit_on_unexpected(f"taking input partitions {owned} (producer, offsets, run states)", e)
 
     # ------------------------------------------------------------------ evictions
 

@@ -12,12 +12,12 @@ stores its state locally, never the other way round:
    again, re-emitting identical bytes. Under ``exactly_once`` the sends are in the transactions.
 2. **changelog written**: each input partition's run states, then its log marks, sent to its
    changelog partition (``RunTable.prepare_batch``, each partition's ``PartitionState.prepare``):
-   to the ``ChangelogWriter``, or under ``exactly_once`` into the partition's open transaction,
-   beside the events and error records its records produced.
+   to the ``ChangelogWriter``, or under ``exactly_once`` into the worker's open transaction,
+   beside the events and error records the batch produced.
 3. **changelog durable**: acknowledged (``ChangelogWriter.flush``; a state that says "ended"
-   implies its START and terminal event were acknowledged), or under ``exactly_once`` each
-   partition's transaction committed with its input offset
-   (``olstream.streams.runtime.transactions``): events, error records, state and offset become
+   implies its START and terminal event were acknowledged), or under ``exactly_once`` the
+   worker's transaction committed with the input offsets of every owned partition
+   (``olstream.streams.runtime.transactions``): events, error records, state and offsets become
    visible together, or (aborted) not at all.
 4. **state stored**: the same writes in each partition's store, with the changelog offset past them
    (``RunTable.store_batch``).
@@ -58,11 +58,11 @@ from olstream.streams.runtime.member_gate import Commit, Membership
 from olstream.streams.runtime.metrics import BATCH_SECONDS, RETAINED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
-from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
+from olstream.streams.runtime.transactions import Fenced, WorkerTransactions
 
 log = logging.getLogger(__name__)
 
-Fenced = Callable[[ProducerFenced], Awaitable[None]]
+OnFenced = Callable[[Fenced], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -90,9 +90,9 @@ class Batch:
 
 
 class TransactionalChangelog:
-    """The changelog writes of a batch, into each input partition's transaction (exactly_once)."""
+    """The changelog writes of a batch, into the worker's transaction (exactly_once)."""
 
-    def __init__(self, transactions: PartitionTransactions, topic: str) -> None:
+    def __init__(self, transactions: WorkerTransactions, topic: str) -> None:
         self.transactions = transactions
         self.topic = topic
 
@@ -112,8 +112,8 @@ class Checkpoint:
         commit: Commit,
         tracker: InputTracker,
         membership: Membership,
-        transactions: PartitionTransactions | None = None,
-        on_fenced: Fenced | None = None,
+        transactions: WorkerTransactions | None = None,
+        on_fenced: OnFenced | None = None,
     ) -> None:
         self.input_topic = input_topic
         self.sender = sender
@@ -145,8 +145,8 @@ class Checkpoint:
                     await self.sender.flush()
                 # 2. the batch's state to the changelog: each partition's run states, then its marks
                 writes = table.prepare_batch(self.changelog_sends) if batch.size else []
-                # 3. the changelog durable: acknowledged; under exactly_once each partition's
-                #    transaction committed with its input offset
+                # 3. the changelog durable: acknowledged; under exactly_once the worker's
+                #    transaction committed with the input offsets
                 if exactly_once:
                     next_changelog = await self.commit_transactions(batch)
                 else:
@@ -166,7 +166,7 @@ class Checkpoint:
                         tracker.did_commit(offsets)
                     elif offsets:
                         log.info("input offsets %s not committed (a rebalance took the partitions)", offsets)
-            except ProducerFenced as e:
+            except Fenced as e:
                 if self.on_fenced is None:
                     exit_on_failed_delivery(e)
                 await self.on_fenced(e)
@@ -185,14 +185,17 @@ class Checkpoint:
         log.debug("batch of %d records checkpointed in %.3f s", batch.size, elapsed)
 
     async def commit_transactions(self, batch: Batch) -> dict[int, int]:
-        """Step 3 under exactly_once: each partition's transaction committed with its input offset."""
+        """Step 3 under exactly_once: the worker's transaction committed with the input offsets (every
+        owned partition's, when anything is to commit: each transaction carries the generation check)."""
         transactions = self.transactions
         assert transactions is not None
         for partition, offset in batch.last_offsets.items():
             self.tracker.stored(partition, offset)  # in the transaction, which commits the offset with it
-        offsets = self.tracker.committable()
+        offsets, every = self.tracker.transaction_offsets()
         sent = time.monotonic()
-        next_changelog = await asyncio.get_running_loop().run_in_executor(None, transactions.commit, offsets)
+        next_changelog = await asyncio.get_running_loop().run_in_executor(
+            None, transactions.commit, every if offsets or transactions.open else {}
+        )
         if offsets:
             self.membership.confirmed_at = sent
             self.tracker.did_commit(offsets)

@@ -11,7 +11,7 @@ import os
 from typing import NoReturn
 
 from olstream.shared.errors import DeliveryError, ExitCode
-from olstream.streams.runtime.transactions import ProducerFenced
+from olstream.streams.runtime.transactions import Fenced
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ EX_FAILED = ExitCode.FAILED  # an unexpected exception: leave at once, before an
 def exit_on_failed_delivery(e: DeliveryError) -> NoReturn:
     """A batch could not be made durable: nothing of it was stored or committed, and its records are
     processed again (by this worker after a restart, or by the partition's next owner: `FENCED`)."""
-    if isinstance(e, ProducerFenced):
+    if isinstance(e, Fenced):
         log.critical("%s; exiting without storing the batch (its next owner processes it)", e)
         os._exit(ExitCode.FENCED)
     log.critical("%s; exiting without storing or committing the batch (it is processed again)", e)

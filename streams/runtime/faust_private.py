@@ -176,6 +176,28 @@ ALL_NAMES: tuple[PrivateName, ...] = (
             ),
         ),
     ),
+    # the generation and member id of faust's member (group_member): aiokafka's coordinator, reached
+    # through faust's consumer thread, which creates the aiokafka consumer and keeps it for its life.
+    # exactly_once sends them with its offsets (KIP-447); relies on aiokafka resetting both when the
+    # coordinator no longer knows the member, so a dropped member is seen as none
+    PrivateName(
+        _AIOKAFKA,
+        "AIOKafkaConsumerThread._ensure_consumer",
+        relies_on=(
+            Code(
+                _CONSUMER, "ThreadDelegateConsumer.__init__", ("self._thread = self._new_consumer_thread()",)
+            ),
+            Code(_AIOKAFKA, "AIOKafkaConsumerThread._ensure_consumer", ("return self._consumer",)),
+            Code(
+                "aiokafka.consumer.group_coordinator",
+                "GroupCoordinator.reset_generation",
+                (
+                    "self.generation = OffsetCommitRequest.DEFAULT_GENERATION_ID",
+                    "self.member_id = JoinGroupRequest.UNKNOWN_MEMBER_ID",
+                ),
+            ),
+        ),
+    ),
     # the process that runs the app (StreamWorkerProcess in app.py) subclasses faust's public Worker:
     # mode has no hook to add to its signal handling. It chains the stop deadline onto mode's
     # SIGTERM/SIGINT handlers and puts its own SIGUSR1 report in place of mode's, both right after
@@ -225,6 +247,12 @@ async def commit_offsets(consumer: ConsumerT, offsets: Mapping[TP, int]) -> bool
     """Commit `offsets` (the next offset to read of each partition) for the consumer's group; False
     when faust's consumer did not (a rebalance took the partitions: their next owner reads again)."""
     return bool(await consumer._commit(offsets))  # type: ignore[attr-defined]
+
+
+def group_member(consumer: ConsumerT) -> tuple[int, str]:
+    """The generation and member id of faust's member of the group now ((-1, "") when it is none)."""
+    coordinator = consumer._thread._ensure_consumer()._coordinator  # type: ignore[attr-defined]
+    return int(coordinator.generation), str(coordinator.member_id)
 
 
 class ReadOffsetsWithoutInput(MutableMapping[TP, int | None]):

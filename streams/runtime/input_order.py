@@ -27,7 +27,9 @@ from olstream.streams.runtime.metrics import INPUT_REREAD
 
 log = logging.getLogger(__name__)
 
-ASSIGN_TIMEOUT_SECONDS = 30.0  # a leader moving after a broker died is elected within seconds
+# a leader moving after a broker died is elected within seconds; a dead worker's open transaction
+# holding offsets is aborted by the broker within its timeout plus the broker's abort interval
+ASSIGN_TIMEOUT_SECONDS = 60.0
 NOT_ASSIGNED = -1
 """`InputOrder.admit_at_once`: the assignment's ledgers do not exist yet (`admit` waits for them)."""
 HOLE = -2
@@ -53,9 +55,13 @@ class InputOrder:
         self.assigned.clear()
         self.tracker.revoked()
 
-    async def assign(self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS) -> None:
-        """Start a ledger per assigned partition at the group's committed offset (its earliest offset when
-        the group never committed it). faust seeks the partitions there too. Asked again while a
+    async def positions(
+        self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS
+    ) -> tuple[dict[int, int], set[int]]:
+        """Where each partition starts: the group's committed offset (its earliest offset when the
+        group never committed it), and the partitions never committed. The committed offsets are
+        stable ones: the broker answers once no transaction holding offsets of them is open (a
+        previous owner's, committed or aborted by then). Asked again while that lasts, or while a
         partition's leader or the group's coordinator is moving (a broker failing over), up to
         `timeout` seconds."""
         deadline = time.monotonic() + timeout
@@ -68,14 +74,33 @@ class InputOrder:
             except KafkaException as e:
                 # a broker failing over: a leader moving shows as not-ready errors, or as a local
                 # time-out of the watermark request while the partition has no leader; the group's
-                # coordinator moving as NOT_COORDINATOR from the committed-offsets request
+                # coordinator moving as NOT_COORDINATOR from the committed-offsets request; an open
+                # transaction holding offsets as a local time-out of that request
                 if time.monotonic() >= deadline or not passes_soon(e.args[0]):
                     raise
                 log.info("input partitions %s: asking again where the group stands (%s)", partitions, e)
                 await asyncio.sleep(0.5)
         bases = {p: committed[p] if p in committed else earliest[p][0] for p in partitions}
-        self.tracker.assigned(bases, time.monotonic(), never_committed=set(never))
+        return bases, set(never)
+
+    def take(self, bases: dict[int, int], never_committed: set[int]) -> None:
+        """Start a ledger per partition at its base (`positions`): its records are taken from there."""
+        self.tracker.assigned(bases, time.monotonic(), never_committed=never_committed)
         self.assigned.set()
+
+    async def assign(self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS) -> None:
+        """Start a ledger per assigned partition where the group stands (`positions`). faust seeks the
+        partitions there too."""
+        self.take(*await self.positions(partitions, timeout))
+
+    async def read_again_from_commits(self, partitions: list[int]) -> None:
+        """Start the ledgers anew at the group's committed offsets and seek faust's consumer there
+        (a dropped batch, with no rebalance to come)."""
+        bases, never = await self.positions(partitions)
+        self.take(bases, never)
+        for partition, offset in sorted(bases.items()):
+            log.info("input partition %d: reading again from the committed offset %d", partition, offset)
+            await self.seek(partition, offset)
 
     # ------------------------------------------------------------------ records
 

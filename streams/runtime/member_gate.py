@@ -20,10 +20,12 @@ record processed within a third of it belongs to a current member, unless the pr
 between (a GC pause, CPU throttling, a VM migration): only a fencing token closes that, which is
 what ``exactly_once``'s transactions are.
 
-**Fencing** (``exactly_once``). A send or a checkpoint that finds the partition's transactional
-producer fenced (another worker took the partition) drops the batch (`abandon`): nothing of it was
-committed; the worker waits for the group's rebalance, and leaves (`FENCED`) when none comes within
-`REJOIN_SECONDS`.
+**Fencing** (``exactly_once``). A send or a checkpoint whose transaction can never commit drops the
+batch (`abandon`): nothing of it was committed. Fenced by the group's generation (the group dropped
+this worker: another one may own its partitions now), the worker waits for the group's rebalance,
+and leaves (`FENCED`) when none comes within `REJOIN_SECONDS`. Fenced by the producer's epoch (the
+broker aborted a transaction open past its timeout), the producer is replaced and the worker reads
+its partitions again from the committed offsets at once: no rebalance is coming.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from olstream.streams.runtime.exits import exit_on_failed_delivery
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.metrics import FENCES, MEMBERSHIP_REFUSED
 from olstream.streams.runtime.run_table import RunTable
-from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
+from olstream.streams.runtime.transactions import Fenced, GenerationFenced, WorkerTransactions
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class MemberGate:
         input_topic: str,
         order: InputOrder,
         table: RunTable,
-        transactions: PartitionTransactions | None,
+        transactions: WorkerTransactions | None,
         membership: Membership,
         commit: Commit,
         drop_batch: Callable[[], int],
@@ -100,12 +102,10 @@ class MemberGate:
                 return  # revoked while it waited: its next owner reads it again
             if self.membership.confirmed() or await self.confirm_member(partition):
                 item.state = self.table.transaction(partition)
-                if self.transactions is not None:
-                    self.transactions.select(partition)  # its events go into its partition's transaction
                 started = time.perf_counter()
                 try:
                     await self.next.submit(item)
-                except ProducerFenced as e:
+                except Fenced as e:
                     await self.abandon(e)
                 self.busy_seconds += time.perf_counter() - started
                 return
@@ -145,31 +145,36 @@ class MemberGate:
                 )
             await asyncio.sleep(0.1)
 
-    async def abandon(self, e: ProducerFenced) -> None:
-        """Fenced (exactly_once): another worker took one of the input partitions, so the group dropped
-        this one (a pause past the session timeout, a broker failing over). Nothing of the batch was
-        committed: drop it, forget the assignment (records wait for the next one) and abort the open
-        transactions; the rebalance that gives this worker partitions again follows."""
+    async def abandon(self, e: Fenced) -> None:
+        """Fenced (exactly_once): the batch's transaction can never commit. Nothing of it was committed:
+        drop it, forget the assignment's ledgers and end the open transaction (the producer replaced
+        when fenced for good). Fenced by the generation, records wait for the group's rebalance;
+        fenced by the epoch, the partitions are read again from the committed offsets at once."""
         dropped = self.drop_batch()
         log.warning(
             "%s; the batch of %d records is dropped (nothing of it was committed, its records are read "
-            "again from the committed offsets) and the worker waits for the group's rebalance",
+            "again from the committed offsets)%s",
             e,
             dropped,
+            " and the worker waits for the group's rebalance" if isinstance(e, GenerationFenced) else "",
         )
         FENCES.inc()
         self.table.discard_batch()
+        owned = self.tracker.partitions()
         self.order.revoked()  # the synchronous part first: a checkpoint meanwhile finds nothing
-        if self.fenced_at is None:
-            self.fenced_at = time.monotonic()
         if self.transactions is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.transactions.abort_open)
+            await asyncio.get_running_loop().run_in_executor(None, self.transactions.recover)
+        if isinstance(e, GenerationFenced):
+            if self.fenced_at is None:
+                self.fenced_at = time.monotonic()
+        else:
+            await self.order.read_again_from_commits(owned)
 
     def check_rejoined(self) -> None:
         """Leave (`FENCED`) when a fenced worker got no new assignment within `REJOIN_SECONDS`."""
         if self.fenced_at is not None and time.monotonic() - self.fenced_at > REJOIN_SECONDS:
             exit_on_failed_delivery(
-                ProducerFenced(
+                GenerationFenced(
                     f"fenced, and no rebalance gave this worker partitions in {REJOIN_SECONDS:.0f} s"
                 )
             )

@@ -69,8 +69,12 @@ INPUT_REREAD = Counter(
 )
 FENCES = Counter(
     "olstream_stream_fenced_total",
-    "Batches dropped because another worker had taken one of their input partitions (exactly_once: the "
-    "group had dropped this worker, which then waited for the rebalance)",
+    "Batches dropped because their transaction could never commit (exactly_once: the group had dropped "
+    "this worker, or the broker had aborted the transaction past its timeout)",
+)
+PRODUCERS_REPLACED = Counter(
+    "olstream_stream_producers_replaced_total",
+    "Transactional producers replaced (exactly_once: a call that never returned, or fenced for good)",
 )
 BATCH_SECONDS = Gauge("olstream_stream_last_batch_seconds", "Wall time of the last processed batch")
 INPUT_LAG = Gauge(

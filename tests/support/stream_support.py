@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from olstream.connectors.source.resume import placement_of
 from olstream.contract import codec, wire
@@ -269,3 +269,35 @@ def expected_job_paths(starts: dict[str, RunStarted]) -> dict[str, tuple[str, bo
     for rid in starts:
         path(rid)
     return out
+
+
+class Follower:
+    """Reads a topic incrementally from its start."""
+
+    def __init__(self, bootstrap: str, topic: str, *, from_end: bool = False) -> None:
+        self.c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"follow-{topic}-{time.time_ns()}",
+                "auto.offset.reset": "latest" if from_end else "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        meta = self.c.list_topics(topic, timeout=10)
+        parts = list(meta.topics[topic].partitions)
+        tps = []
+        for p in parts:
+            low, high = self.c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            tps.append(TopicPartition(topic, p, high if from_end else low))
+        self.c.assign(tps)
+        self.seen: list[Out] = []
+
+    def poll(self, seconds: float = 0.5) -> int:
+        batch = self.c.consume(10_000, seconds)
+        for m in batch:
+            assert m.error() is None, m.error()
+            self.seen.append(Out(m.key(), m.value(), m.partition(), m.offset()))
+        return len(batch)
+
+    def close(self) -> None:
+        self.c.close()

@@ -10,7 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from olstream.contract import codec
 from olstream.contract.naming import normalize_namespace
@@ -20,6 +19,7 @@ from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (
+    Follower,
     Out,
     consume_all,
     produce_records,
@@ -33,38 +33,6 @@ from tests.support.stream_support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-class Follower:
-    """Reads a topic incrementally from its start."""
-
-    def __init__(self, bootstrap: str, topic: str, *, from_end: bool = False) -> None:
-        self.c = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"follow-{topic}-{time.time_ns()}",
-                "auto.offset.reset": "latest" if from_end else "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        meta = self.c.list_topics(topic, timeout=10)
-        parts = list(meta.topics[topic].partitions)
-        tps = []
-        for p in parts:
-            low, high = self.c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            tps.append(TopicPartition(topic, p, high if from_end else low))
-        self.c.assign(tps)
-        self.seen: list[Out] = []
-
-    def poll(self, seconds: float = 0.5) -> int:
-        batch = self.c.consume(10_000, seconds)
-        for m in batch:
-            assert m.error() is None, m.error()
-            self.seen.append(Out(m.key(), m.value(), m.partition(), m.offset()))
-        return len(batch)
-
-    def close(self) -> None:
-        self.c.close()
 
 
 def test_scale_out_kill_9_one_of_three_workers(

@@ -18,10 +18,10 @@ import pytest
 from olstream.contract.records import Record, RunEnded, RunStarted
 from olstream.infra.process import free_port
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
-from tests.integration.streams.test_faults import Follower
 from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, declared, ended, started
 from tests.support.stream_support import (
+    Follower,
     Out,
     consume_all,
     metric,

@@ -1,10 +1,13 @@
 """The worker's run store (``streams/runtime/run_store.py``) and its transactions
 (``streams/runtime/transactions.py``) against a real broker: a restore reads only committed changelog
-writes, resumes from the offset a store keeps, starts over from a recreated changelog; a partition's
-new producer fences the old one, whose open transaction is aborted and never read."""
+writes, resumes from the offset a store keeps, starts over from a recreated changelog; a restarted
+worker's producer fences its previous incarnation, whose open transaction is aborted and never read;
+a member the group dropped has its offsets refused by the generation (KIP-447), and its records are
+never read."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -16,9 +19,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from olstream.shared.kafka_admin import ensure_topic
-from olstream.streams.runtime import transactions
+from olstream.streams.runtime import metrics, transactions
+from olstream.streams.runtime.group_member import GroupMember
 from olstream.streams.runtime.run_store import RunStore
-from olstream.streams.runtime.transactions import PartitionTransactions, ProducerFenced
+from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced, WorkerTransactions
 
 pytestmark = pytest.mark.integration
 
@@ -104,11 +108,23 @@ def test_a_store_of_a_recreated_changelog_is_restored_from_its_start(
 
 
 class _GroupMetadata:
+    """A never-subscribed consumer's metadata (generation -1, no member: the broker checks nothing)."""
+
     def __init__(self, bootstrap: str, group: str) -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
 
-    def __call__(self) -> Any:
-        return self.consumer.consumer_group_metadata()
+    def __call__(self) -> bytes:
+        metadata = self.consumer.consumer_group_metadata()
+        assert isinstance(metadata, bytes)
+        return metadata
+
+
+def _transactions(
+    bootstrap: str, tid: str, records: str, metadata: Callable[[], bytes]
+) -> WorkerTransactions:
+    txns = WorkerTransactions(bootstrap, tid, records, metadata, transaction_timeout=10.0)
+    txns.start()
+    return txns
 
 
 def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
@@ -128,34 +144,94 @@ def _read_committed(bootstrap: str, topic: str) -> list[bytes]:
         consumer.close()
 
 
-def test_a_new_owner_fences_the_old_one_whose_open_transaction_never_becomes_visible(
+def test_a_restarted_worker_fences_its_previous_incarnation_whose_open_transaction_never_becomes_visible(
     kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str
 ) -> None:
-    """The paused-worker case in one process: the old owner sent into its open transaction, the
-    partition's new owner initialises the same transactional id, the old one wakes and commits."""
+    """The same worker restarted on its data dir (the same transactional id) while its previous
+    incarnation, paused, still had a transaction open: the new one's start aborts it, and the old one
+    wakes to find itself fenced."""
     records, output, changelog = make_topic(partitions=1), make_topic(partitions=1), make_topic(partitions=1)
     metadata = _GroupMetadata(kafka_bootstrap, unique_group)
-    old = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
-    old.assign([0])
-    old.select(0)
+    tid = f"{unique_group}-worker-a"
+    old = _transactions(kafka_bootstrap, tid, records, metadata)
     old.send(output, b"k", b"committed-by-old")
     old.send_changelog(changelog, 0, b"0:r", b"state-old")
     assert old.commit({0: 1}) == {0: 1}  # the changelog's next offset past its write
     old.send(output, b"k", b"zombie")  # then it pauses, its transaction open
 
-    new = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
-    new.assign([0])  # aborts the open transaction, fences the old producer
-    with pytest.raises(ProducerFenced, match="another worker took transactional id"):
+    new = _transactions(kafka_bootstrap, tid, records, metadata)  # aborts it, fences the old producer
+    with pytest.raises(ProducerFenced, match="is fenced"):
         old.commit({0: 2})
-    new.select(0)
     new.send(output, b"k", b"committed-by-new")
     new.commit({0: 2})
 
     assert _read_committed(kafka_bootstrap, output) == [b"committed-by-old", b"committed-by-new"]
     committed = metadata.consumer.committed([TopicPartition(records, 0)], timeout=10)[0].offset
     assert committed == 2
-    old.close()
-    new.close()
+
+
+async def _members_until(consumers: list[Any], done: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Let aiokafka members poll (they rebalance in the background) until `done()`."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the group did not settle"
+        await asyncio.gather(*(c.getmany(timeout_ms=100) for c in consumers))
+
+
+def test_a_dropped_member_s_offsets_are_refused_by_the_generation_and_its_records_never_visible(
+    kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str
+) -> None:
+    """KIP-447 beside an aiokafka member (faust's): a worker's one producer commits with the metadata
+    of its member's generation; once the group moved to a newer generation, the same metadata is
+    refused (GenerationFenced), the transaction is aborted, and a read_committed reader never sees it."""
+    from aiokafka import AIOKafkaConsumer
+
+    records, output = make_topic(partitions=2), make_topic(partitions=1)
+
+    async def run() -> None:
+        def member() -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
+                records, bootstrap_servers=kafka_bootstrap, group_id=unique_group, enable_auto_commit=False
+            )
+
+        first = member()
+        await first.start()
+        try:
+            await _members_until([first], lambda: len(first.assignment()) == 2)
+            coordinator = first._coordinator
+            joined = (coordinator.generation, coordinator.member_id)
+            txns = _transactions(
+                kafka_bootstrap,
+                f"{unique_group}-worker-a",
+                records,
+                GroupMember(unique_group, lambda: joined).metadata,
+            )
+            txns.send(output, b"k", b"committed-as-member")
+            await asyncio.to_thread(txns.commit, {0: 1, 1: 0})
+
+            second = member()  # the group moves on: a new generation
+            await second.start()
+            try:
+                await _members_until(
+                    [first, second],
+                    lambda: first._coordinator.generation > joined[0] and len(second.assignment()) == 1,
+                )
+                txns.send(output, b"k", b"zombie")
+                with pytest.raises(GenerationFenced, match="the group refused this worker's input offsets"):
+                    await asyncio.to_thread(txns.commit, {0: 2, 1: 0})
+                await asyncio.to_thread(txns.recover)  # aborted; the producer goes on
+                assert not txns.open and txns.fatal is None
+            finally:
+                await second.stop()
+        finally:
+            await first.stop()
+
+    asyncio.run(run())
+    assert _read_committed(kafka_bootstrap, output) == [b"committed-as-member"]
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
+    committed = group.committed([TopicPartition(records, 0)], timeout=10)[0].offset
+    group.close()
+    assert committed == 1
 
 
 class _StuckOnce(Producer):
@@ -182,10 +258,9 @@ def test_a_commit_whose_offsets_call_never_returns_goes_on_with_a_new_producer(
     monkeypatch.setattr(transactions, "STUCK_MARGIN_SECONDS", 1.0)
     records, output, changelog = make_topic(partitions=1), make_topic(partitions=1), make_topic(partitions=1)
     metadata = _GroupMetadata(kafka_bootstrap, unique_group)
-    txns = PartitionTransactions(kafka_bootstrap, unique_group, records, metadata)
+    replaced = metrics.PRODUCERS_REPLACED._value.get()
+    txns = _transactions(kafka_bootstrap, f"{unique_group}-worker-a", records, metadata)
     try:
-        txns.assign([0])
-        txns.select(0)
         txns.send(output, b"k", b"event-1")
         txns.send(output, b"k", b"event-2")
         txns.send_changelog(changelog, 0, b"0:r", b"state")
@@ -193,12 +268,17 @@ def test_a_commit_whose_offsets_call_never_returns_goes_on_with_a_new_producer(
         next_changelog = txns.commit({0: 2})
         assert time.monotonic() - started < 30
         assert _StuckOnce.calls == ["send_offsets", "send_offsets"]
-        assert len(txns.stuck) == 1 and txns.producers[0] is not txns.stuck[0]
+        stuck = txns.stuck
+        assert stuck is not None and txns.producer is not stuck  # kept while its call blocks
+        assert metrics.PRODUCERS_REPLACED._value.get() == replaced + 1
         # the stuck producer's changelog write (offset 0, aborted) and its abort marker (1) come first
         assert next_changelog == {0: 3}
     finally:
         _StuckOnce.release.set()
-        txns.close()
+    deadline = time.monotonic() + 30
+    while txns.stuck is not None:  # its call returned (fenced): closed and dropped
+        assert time.monotonic() < deadline, "the replaced producer was never closed"
+        time.sleep(0.1)
     assert _read_committed(kafka_bootstrap, output) == [b"event-1", b"event-2"]
     committed = metadata.consumer.committed([TopicPartition(records, 0)], timeout=10)[0].offset
     assert committed == 2

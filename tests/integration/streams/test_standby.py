@@ -14,10 +14,10 @@ import pytest
 from olstream.connectors.source.resume import placement_of
 from olstream.contract.records import RunEnded, RunStarted
 from olstream.infra.process import free_port
-from tests.integration.streams.test_faults import Follower
 from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (
+    Follower,
     consume_all,
     metric,
     produce_records,

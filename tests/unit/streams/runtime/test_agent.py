@@ -35,6 +35,7 @@ from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
 from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
+from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState, state_key
 from olstream.streams.state_store import loads_state
@@ -174,31 +175,33 @@ class FakeChangelog:
 
 
 class FakeTransactions:
-    """`PartitionTransactions` (exactly_once): sends and changelog writes traced with the input
-    partition whose transaction they join, each commit with its offsets; with `fenced` set a commit
-    raises ProducerFenced. At a commit the store must still lack the batch (`table`)."""
+    """`WorkerTransactions` (exactly_once): the worker's one producer; sends and changelog writes
+    traced, each commit with its offsets; with `fenced` set a commit raises `fenced` (GenerationFenced
+    or ProducerFenced). At a commit the store must still lack the batch (`table`)."""
 
     def __init__(self, trace: Trace, table: FakeTable) -> None:
         self.trace = trace
         self.table = table
-        self.current = -1
-        self.fenced = False
+        self.started = False
+        self.fenced: Exception | None = None
         self.changelog_next: dict[int, int] = {}  # changelog partition -> its next offset
-        self.open: set[int] = set()  # partitions with an open transaction
+        self.written: set[int] = set()  # changelog partitions written in the open transaction
+        self.sent = False  # whether a transaction is open
         self.rows_at_commit: list[dict[bytes, bytes]] = []
 
-    def assign(self, partitions: list[int]) -> None:
-        self.trace.append(("init", tuple(partitions)))
+    @property
+    def open(self) -> bool:
+        return self.sent
 
-    def close(self) -> None:
-        pass
+    def start(self) -> None:
+        if not self.started:
+            self.started = True
+            self.trace.append(("init",))
 
-    def abort_open(self) -> None:
-        self.trace.append(("txn-abort", tuple(sorted(self.open))))
-        self.open.clear()
-
-    def select(self, partition: int) -> None:
-        self.current = partition
+    def recover(self) -> None:
+        self.trace.append(("txn-abort",))
+        self.sent = False
+        self.written.clear()
 
     def send(
         self,
@@ -211,25 +214,25 @@ class FakeTransactions:
         assert value is not None
         doc = json.loads(value) if topic == OUTPUT else None
         kind = None if doc is None else doc["eventType"]
-        self.trace.append(("txn-send", self.current, topic, kind))
-        self.open.add(self.current)
+        self.trace.append(("txn-send", topic, kind))
+        self.sent = True
 
     def send_changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         self.trace.append(("txn-" + ("set" if value is not None else "del"), key.decode(), partition))
         self.changelog_next[partition] = self.changelog_next.get(partition, 0) + 1
-        self.open.add(partition)
+        self.written.add(partition)
+        self.sent = True
 
     def commit(self, offsets: dict[int, int]) -> dict[int, int]:
-        if not self.open and not offsets:
+        if not self.sent and not offsets:
             return {}
         self.rows_at_commit.append(dict(self.table.rows))
-        if self.fenced:
-            from olstream.streams.runtime.transactions import ProducerFenced
-
-            raise ProducerFenced("input partition 0: another worker took transactional id 'x'")
+        if self.fenced is not None:
+            raise self.fenced
         self.trace.append(("txn-commit", tuple(sorted(offsets.items()))))
-        written = {p: self.changelog_next[p] for p in self.open if p in self.changelog_next}
-        self.open.clear()
+        written = {p: self.changelog_next[p] for p in self.written}
+        self.written.clear()
+        self.sent = False
         return written
 
 
@@ -385,7 +388,7 @@ class Rig:
         )
         monkeypatch.setattr(agent, "RunStore", lambda *_args, **_kw: self.table)
         self.transactions = FakeTransactions(self.trace, self.table)
-        monkeypatch.setattr(agent, "PartitionTransactions", lambda *_args, **_kw: self.transactions)
+        monkeypatch.setattr(agent.StreamWorker, "worker_transactions", lambda *_args: self.transactions)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
         monkeypatch.setattr(exits, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
@@ -1186,21 +1189,21 @@ def test_a_record_s_position_headers_are_read_in_one_pass_as_header_value_reads_
 # ---------------------------------------------------------------------------- exactly_once
 
 
-def test_under_exactly_once_a_batch_is_one_transaction_per_partition_and_stored_after_it_commits(
+def test_under_exactly_once_a_batch_is_one_transaction_of_the_worker_and_stored_after_it_commits(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, batch_size=3, processing_guarantee="exactly_once", member_confirmed=False)
-    assert rig.take()[0] == ("init", (0, 1))  # the producers first: they fence the previous owners
+    assert rig.take()[0] == ("init",)  # the worker's one producer, before its first assignment
     rig.feed(
         event_of(started("r1", offset=0), 0, 0),
         event_of(started("r2", offset=0, partition=1, instance="i2"), 1, 0),
         event_of(ended("r1", offset=1), 0, 1),
     )
     assert rig.take() == [
-        ("txn-send", 0, OUTPUT, "START"),
-        ("txn-send", 1, OUTPUT, "START"),
-        ("txn-send", 0, OUTPUT, "COMPLETE"),
-        ("txn-set", "0:r1", 0),  # the state, into the transaction of its record's partition
+        ("txn-send", OUTPUT, "START"),
+        ("txn-send", OUTPUT, "START"),
+        ("txn-send", OUTPUT, "COMPLETE"),
+        ("txn-set", "0:r1", 0),  # the state, to its record's partition's changelog partition
         ("txn-set", "hwm:0:0", 0),  # then that partition's mark
         ("txn-set", "1:r2", 1),
         ("txn-set", "hwm:1:1", 1),
@@ -1212,26 +1215,69 @@ def test_under_exactly_once_a_batch_is_one_transaction_per_partition_and_stored_
     assert rig.worker.tracker.committed == {0: 2, 1: 1}
 
 
-def test_under_exactly_once_a_fenced_worker_drops_its_batch_and_processes_again_once_reassigned(
+def test_under_exactly_once_a_rebalance_initialises_no_producer(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
-    """Another worker took a partition (the group dropped this one): nothing of the batch was
-    committed, so it is dropped, nothing is stored, and the records wait for the next assignment,
-    from whose committed offsets they are read again."""
+    rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once")
+    assert rig.take().count(("init",)) == 1
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    rig.rebalance(assigned=(1,))
+    rig.rebalance(assigned=(0, 1))
+    assert ("init",) not in rig.take()
+
+
+def test_under_exactly_once_a_transaction_carries_every_owned_partitions_offset(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A partition without progress is committed at its committed offset again: every transaction's
+    offsets carry the group's generation check, whichever partitions its records came from."""
+    rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once", bases={0: 0, 1: 7})
+    rig.take()
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 1), (1, 7)))]
+    assert rig.worker.tracker.committed == {0: 1, 1: 7}
+
+
+def test_under_exactly_once_a_worker_the_group_dropped_drops_its_batch_and_goes_on_once_reassigned(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The group refused the offsets (it dropped this worker; another may own its partitions): nothing
+    of the batch was committed, so it is dropped, the transaction aborted, nothing is stored, and the
+    records wait for the next assignment, from whose committed offsets they are read again."""
     rig = Rig(monkeypatch, loop, batch_size=2, processing_guarantee="exactly_once")
-    rig.transactions.fenced = True
+    rig.transactions.fenced = GenerationFenced("the group refused this worker's input offsets")
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert rig.table.rows == {} and rig.table.writes == []
+    assert ("txn-abort",) in rig.take()
     assert not rig.worker.input.assigned.is_set()  # records wait for the rebalance
     assert rig.worker.gate.fenced_at is not None and not rig.worker.batch.size
     assert metrics.FENCES._value.get() >= 1
 
-    rig.transactions.fenced = False
+    rig.transactions.fenced = None
     rig.rebalance(assigned=(0, 1))  # the group's rebalance gives it its partitions again
     assert rig.worker.gate.fenced_at is None
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
-    assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2),))]
+    assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2), (1, 0)))]
+    assert rig.table.state("r1") is not None
+
+
+def test_under_exactly_once_a_worker_fenced_by_the_epoch_reads_its_partitions_again_at_once(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The broker aborted the transaction (open past its timeout: a broker away): the producer is
+    replaced and the partitions are read again from the committed offsets, with no rebalance."""
+    rig = Rig(monkeypatch, loop, batch_size=2, processing_guarantee="exactly_once")
+    rig.transactions.fenced = ProducerFenced("transactional id 'x' is fenced")
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    trace = rig.take()
+    assert rig.table.rows == {} and rig.table.writes == []
+    assert trace[-3:] == [("txn-abort",), ("seek", 0, 0), ("seek", 1, 0)]
+    assert rig.worker.input.assigned.is_set() and rig.worker.gate.fenced_at is None
+
+    rig.transactions.fenced = None
+    rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
+    assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2), (1, 0)))]
     assert rig.table.state("r1") is not None
 
 
@@ -1239,7 +1285,7 @@ def test_a_fenced_worker_that_is_never_reassigned_leaves_with_fenced(
     monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
 ) -> None:
     rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once")
-    rig.transactions.fenced = True
+    rig.transactions.fenced = GenerationFenced("the group refused this worker's input offsets")
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     assert rig.worker.gate.fenced_at is not None
     rig.worker.gate.check_rejoined()  # within REJOIN_SECONDS: it waits

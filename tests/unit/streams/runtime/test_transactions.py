@@ -1,5 +1,6 @@
-"""The bounded retries of a partition's transaction steps (`PartitionTransactions._retrying`): a call
-librdkafka says may be made again is made again; an abortable, fatal or other error is raised at once."""
+"""The worker's transactions without a broker: the bounded retries of a transaction step
+(`WorkerTransactions._retrying`: a call librdkafka says may be made again is made again; an
+abortable, fatal or other error is raised at once), and what a failed call raises."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from olstream.streams.runtime import transactions
-from olstream.streams.runtime.transactions import PartitionTransactions
+from olstream.streams.runtime.transactions import (
+    GenerationFenced,
+    ProducerFenced,
+    WorkerTransactions,
+)
 
 
-def _transactions() -> PartitionTransactions:
-    return PartitionTransactions("127.0.0.1:1", "app", "records", lambda: None)
+def _transactions() -> WorkerTransactions:
+    return WorkerTransactions("127.0.0.1:1", "app-worker-x", "records", lambda: b"", transaction_timeout=10.0)
 
 
 def _failing(errors: list[KafkaError]) -> tuple[list[int], Any]:
@@ -31,7 +36,7 @@ def test_a_retriable_error_makes_the_call_again_until_it_succeeds(monkeypatch: p
     monkeypatch.setattr(transactions, "RETRY_PAUSE_SECONDS", 0.0)
     transport = KafkaError(KafkaError._TRANSPORT, "Failed to add offsets to transaction", retriable=True)
     calls, call = _failing([transport, transport])
-    _transactions()._retrying(1, "send its offset", call)
+    _transactions()._retrying("send its offset", call)
     assert len(calls) == 3
 
 
@@ -47,7 +52,7 @@ def test_any_other_error_is_raised_at_once(error: KafkaError, monkeypatch: pytes
     monkeypatch.setattr(transactions, "RETRY_PAUSE_SECONDS", 0.0)
     calls, call = _failing([error])
     with pytest.raises(KafkaException) as raised:
-        _transactions()._retrying(1, "commit its transaction", call)
+        _transactions()._retrying("commit its transaction", call)
     assert raised.value.args[0] is error and len(calls) == 1
 
 
@@ -56,5 +61,25 @@ def test_a_retriable_error_past_the_deadline_is_raised(monkeypatch: pytest.Monke
     monkeypatch.setattr(transactions, "CALL_TIMEOUT_SECONDS", 0.0)
     calls, call = _failing([KafkaError(KafkaError._TRANSPORT, "away", retriable=True)] * 5)
     with pytest.raises(KafkaException):
-        _transactions()._retrying(1, "send its offset", call)
+        _transactions()._retrying("send its offset", call)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID]
+)
+def test_offsets_the_group_refuses_raise_generation_fenced(code: int) -> None:
+    error = KafkaError(code, "refused", txn_requires_abort=True)
+    with pytest.raises(GenerationFenced, match="the group refused this worker's input offsets"):
+        _transactions()._raise("send the input offsets", KafkaException(error))
+
+
+def test_a_fenced_epoch_raises_producer_fenced_and_is_kept_as_the_cause() -> None:
+    txns = _transactions()
+    fenced = KafkaError(KafkaError._FENCED, "fenced by newer producer instance", fatal=True)
+    with pytest.raises(ProducerFenced, match="is fenced"):
+        txns._raise("commit the transaction", KafkaException(fenced))
+    assert txns.fatal is fenced
+    # a producer in a fatal state answers only _FATAL later: the first cause is what is said
+    with pytest.raises(ProducerFenced, match="fenced by newer producer instance"):
+        txns._raise("send", KafkaException(KafkaError(KafkaError._FATAL, "Fatal error")))
