@@ -24,8 +24,9 @@ second table gives events, events per run, records/s and CPU seconds per mode.
 Processing guarantees (issue 38): with RUNNING events off the worker runs once per
 --processing-guarantee (default both: exactly_once, the default, first; then at_least_once), and a
 third table gives each one's records/s, its share of at_least_once's and of faust's no-op agent,
-and the broker's CPU seconds while the worker ran (transactions cost the broker CPU; the broker is
-the process listening on --bootstrap's port on this machine).
+the checkpoints' share of the worker's time, the worker's peak thread count, and the broker's CPU
+seconds while the worker ran (transactions cost the broker CPU; the broker is the process listening
+on --bootstrap's port on this machine).
 
 Goal (issue 4): >= 5,000 records/s per worker and >= 25% of the limit. The machine may be
 shared: CPU seconds are printed next to wall time.
@@ -133,6 +134,16 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def threads(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -163,6 +174,13 @@ def broker_pid(bootstrap: str) -> int | None:
         except OSError:
             continue
     return None
+
+
+def checkpoint_share(m: dict[str, object]) -> str:
+    if not m["split"]:
+        return "-"
+    busy, flush, _ = (float(x) for x in cast(tuple[str, str, str], m["split"]))
+    return f"{100 * flush / max(busy + flush, 1e-9):.0f}%"
 
 
 def run_worker(
@@ -199,10 +217,12 @@ def run_worker(
     scraped = ""
     rss_marks: dict[int, float] = {}
     peak = 0.0
+    peak_threads = 0
     last_cpu = 0.0
     while proc.poll() is None:
         time.sleep(0.5)
         peak = max(peak, rss_mb(proc.pid))
+        peak_threads = max(peak_threads, threads(proc.pid))
         last_cpu = cpu_seconds(proc.pid) or last_cpu
         try:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
@@ -240,6 +260,7 @@ def run_worker(
         "wall": wall,
         "cpu": last_cpu,
         "peak": peak,
+        "threads": peak_threads,
         "marks": rss_marks,
         "split": split.groups() if split else None,
         "child_delay": (quantile(waits, 0.5), quantile(waits, 0.99), int(waits.get(float("inf"), 0))),
@@ -358,10 +379,10 @@ def main() -> int:
         print()
         print("Processing guarantees (--processing-guarantee, RUNNING events off)")
         print(
-            "| --processing-guarantee | records/s | of at_least_once | of faust's no-op | wall s | CPU s "
-            "| broker CPU s |"
+            "| --processing-guarantee | records/s | of at_least_once | of faust's no-op | checkpoints' "
+            "share | peak threads | wall s | CPU s | broker CPU s |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         base = by_guarantee.get("at_least_once")
         for guarantee, m in by_guarantee.items():
             r = float(m["rate"])  # type: ignore[arg-type]
@@ -369,9 +390,14 @@ def main() -> int:
             of_noop = f"{100 * r / (total / noop):.1f}%" if noop is not None else "-"
             bcpu = m["broker_cpu"]
             print(
-                f"| {guarantee} | {r:,.0f} | {of_alo} | {of_noop} | {float(m['wall']):.1f} | "  # type: ignore[arg-type]
+                f"| {guarantee} | {r:,.0f} | {of_alo} | {of_noop} | {checkpoint_share(m)} | {m['threads']} | "
+                f"{float(m['wall']):.1f} | "  # type: ignore[arg-type]
                 f"{float(m['cpu']):.1f} | {'-' if bcpu is None else f'{float(bcpu):.1f}'} |"  # type: ignore[arg-type]
             )
+        print(
+            "checkpoints' share: the worker's time in checkpoints over its time processing records and in "
+            "checkpoints (its own timers; no record is processed while a checkpoint runs)"
+        )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -103,9 +103,10 @@ class StreamWorker:
     def worker_transactions(self, sized: dict[str, Any]) -> WorkerTransactions:
         """exactly_once: the worker's transactional producer (its id kept in the data dir, which this
         process locks), sending the offsets with faust's member's own generation (KIP-447). Its
-        transactions time out after the session timeout (at least twice the batch's age limit), so a
-        worker killed and not restarted holds read_committed readers of its output for that long,
-        plus the broker's abort check interval."""
+        transactions time out a second before the session timeout (at least twice the batch's age
+        limit): a worker killed and not restarted holds read_committed readers of its output for at
+        most that, plus the broker's abort check interval (10 s by default), plus the age of its
+        transaction when it died (one batch)."""
         settings = self.settings
         check_metadata_format(settings.app_id, self.input_offsets.group_metadata())
         self.identity = claim(settings.data_dir)
@@ -115,7 +116,7 @@ class StreamWorker:
             self.identity.transactional_id(settings.app_id),
             settings.input_topic,
             member.metadata,
-            transaction_timeout=max(settings.session_timeout, 2 * settings.batch_within),
+            transaction_timeout=max(settings.session_timeout - 1.0, 2 * settings.batch_within),
             extra=sized,
         )
 

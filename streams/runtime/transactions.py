@@ -62,9 +62,10 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 3  # transactions of one batch before the worker gives up (SEND_FAILED)
 CALL_TIMEOUT_SECONDS = 60.0  # init, commit, abort
-# sending a batch's input offsets; below the transaction timeout's usual values
-SEND_OFFSETS_TIMEOUT_SECONDS = 20.0
-STUCK_MARGIN_SECONDS = 5.0  # past its own timeout, a call is taken as never returning
+# sending a batch's input offsets, each call (it takes milliseconds; a call that times out is made
+# again): short, because a call stuck past it is only found after it, while the output stands still
+SEND_OFFSETS_TIMEOUT_SECONDS = 5.0
+STUCK_MARGIN_SECONDS = 2.0  # past its own timeout, a call is taken as never returning
 RETRY_PAUSE_SECONDS = 0.5  # between calls of a transaction step that librdkafka says may be retried
 
 # topic, key, value, headers, partition, on_delivery: one produce of the open transaction

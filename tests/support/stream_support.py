@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from olstream.connectors.source.resume import placement_of
 from olstream.contract import codec, wire
@@ -301,3 +302,53 @@ class Follower:
 
     def close(self) -> None:
         self.c.close()
+
+
+class StallMeter:
+    """How long a read_committed reader of `topic` stands still behind records already written: per
+    partition, how long its last stable offset stays below the high watermark without moving (an open
+    transaction holds it there). Polled every `every` seconds on a thread of its own."""
+
+    def __init__(self, bootstrap: str, topic: str, every: float = 0.2) -> None:
+        self.topic, self.every = topic, every
+        group = f"stall-{topic}-{time.time_ns()}"
+        self.stable = Consumer({"bootstrap.servers": bootstrap, "group.id": group})  # read_committed
+        self.written = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_uncommitted"}
+        )
+        self.partitions = sorted(self.stable.list_topics(topic, timeout=10).topics[topic].partitions)
+        self.stalls: list[tuple[int, float, float]] = []  # (partition, since, until): ended ones
+        self.open: dict[int, tuple[int, float, float]] = {}  # partition -> (stable offset, since, until)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"stall-{topic}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.every):
+            for p in self.partitions:
+                tp = TopicPartition(self.topic, p)
+                try:
+                    stable = self.stable.get_watermark_offsets(tp, timeout=5, cached=False)[1]
+                    written = self.written.get_watermark_offsets(tp, timeout=5, cached=False)[1]
+                except KafkaException:
+                    continue  # a broker away: asked again at the next round
+                now = time.monotonic()
+                held = self.open.pop(p, None)
+                if held is not None and held[0] == stable and stable < written:
+                    self.open[p] = (stable, held[1], now)  # still held at the same stable offset
+                    continue
+                if held is not None:
+                    self.stalls.append((p, held[1], held[2]))
+                if stable < written:
+                    self.open[p] = (stable, now, now)
+
+    def longest_since(self, moment: float) -> tuple[float, int]:
+        """The longest stall (seconds, partition) still going on at or after `moment` (monotonic)."""
+        spans = self.stalls + [(p, since, until) for p, (_, since, until) in self.open.items()]
+        return max(((until - since, p) for p, since, until in spans if until >= moment), default=(0.0, -1))
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(10)
+        self.stable.close()
+        self.written.close()

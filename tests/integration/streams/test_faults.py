@@ -21,6 +21,7 @@ from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (
     Follower,
     Out,
+    StallMeter,
     consume_all,
     produce_records,
     produce_rows,
@@ -46,6 +47,7 @@ def test_scale_out_kill_9_one_of_three_workers(
     produce_rows(kafka_bootstrap, src, rows)
 
     follower = Follower(kafka_bootstrap, out)
+    stalls = StallMeter(kafka_bootstrap, out)
     procs = []
     for i in range(3):
         cmd = worker_cmd(
@@ -57,7 +59,8 @@ def test_scale_out_kill_9_one_of_three_workers(
         while len(follower.seen) < (len(starts) + len(ends)) // 5 and time.monotonic() < deadline:
             follower.poll()
         assert len(follower.seen) > 0, tail(tmp_path / "w0.log")
-        procs[1].send_signal(signal.SIGKILL)  # mid-stream
+        procs[1].send_signal(signal.SIGKILL)  # mid-stream, never restarted
+        killed_at = time.monotonic()
         procs[1].wait()
         # the kill must land while input is still unprocessed, or this test could not fail
         assert not committed_everything(kafka_bootstrap, unique_group, src), (
@@ -108,6 +111,12 @@ def test_scale_out_kill_9_one_of_three_workers(
         for p in procs:
             stop(p)
         follower.close()
+        stalls.close()
+    # the killed worker's open transaction held read_committed readers of the partitions it wrote
+    # until the broker aborted it: at most the session timeout plus the broker's abort interval
+    stall, partition = stalls.longest_since(killed_at)
+    print(f"longest stall of a read_committed reader after the kill: {stall:.1f} s (partition {partition})")
+    assert stall <= 6 + 10, f"a read_committed reader stood still {stall:.1f} s on partition {partition}"
 
     copies: dict[tuple[str, str], set[bytes]] = defaultdict(set)
     per_run: dict[str, list[Out]] = defaultdict(list)
@@ -209,6 +218,7 @@ def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
     produce_rows(kafka_bootstrap, src, chunks[0])
 
     follower = Follower(kafka_bootstrap, out)
+    stalls = StallMeter(kafka_bootstrap, out)
     procs = []
     for i in range(3):
         cmd = worker_cmd(
@@ -241,6 +251,7 @@ def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
             flow(1.0)
         assert follower.seen, tail(tmp_path / "w0.log")
         flow(3.0)
+        paused_at = time.monotonic()
         for _ in range(2):
             paused.send_signal(signal.SIGSTOP)
             flow(2.5 * PAUSE_SESSION_TIMEOUT)  # the group drops it and gives its partitions away
@@ -277,6 +288,11 @@ def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
                 p.send_signal(signal.SIGCONT)
             stop(p)
         follower.close()
+        stalls.close()
+    stall, partition = stalls.longest_since(paused_at)
+    print(
+        f"longest stall of a read_committed reader from the first pause on: {stall:.1f} s (p{partition})"
+    )
 
     copies: dict[tuple[str, str], list[bytes]] = defaultdict(list)
     per_run: dict[str, list[str]] = defaultdict(list)
@@ -292,6 +308,8 @@ def test_a_worker_paused_past_the_session_timeout_then_continued_loses_nothing(
           f"whose last event is not their terminal one; exit codes {codes}")  # fmt: skip
     if guarantee == "exactly_once":
         assert repeats == 0, f"{repeats} events repeated for a read_committed reader: {logs}"
+        # the paused worker's open transaction held readers until the broker aborted it
+        assert stall <= PAUSE_SESSION_TIMEOUT + 10, f"a read_committed reader stood still {stall:.1f} s"
         assert not not_last, (
             f"runs whose last event is not terminal: {[(r, per_run[r]) for r in not_last[:3]]}"
         )
