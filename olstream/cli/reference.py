@@ -85,8 +85,9 @@ sink:
   concurrency: 32
 ```
 
-`--print-config` prints the effective settings of a command as JSON and exits: each value and,
-under `sources`, where it came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
+`--print-config` prints the effective settings of a command as JSON and exits: the olstream version
+(`olstream_version`, as `olstream --version` prints it), each value and, under `sources`, where it
+came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
 (the sink's API key, the user info of a URL: user and password) are printed as `***`.
 
 An invalid setting ends the command with one line on stderr naming the setting, the value and
