@@ -39,8 +39,12 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "postgres up": ("postgres", infra.POSTGRES_UP),
     "postgres down": ("postgres", infra.POSTGRES_DOWN),
     "postgres status": ("postgres", infra.POSTGRES_STATUS),
-    "marquez up|down|status": ("marquez", infra.MARQUEZ),
-    "registry up|down|status": ("registry", infra.REGISTRY),
+    "marquez up": ("marquez", infra.MARQUEZ_UP),
+    "marquez down": ("marquez", infra.MARQUEZ_DOWN),
+    "marquez status": ("marquez", infra.MARQUEZ_STATUS),
+    "registry up": ("registry", infra.REGISTRY_UP),
+    "registry down": ("registry", infra.REGISTRY_DOWN),
+    "registry status": ("registry", infra.REGISTRY_STATUS),
     "demo": ("demo", infra.DEMO),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""

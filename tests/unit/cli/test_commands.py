@@ -52,7 +52,7 @@ INFRA_COMMANDS = {
     "kafka up": ["kafka", "up"],
     "kafka down": ["kafka", "down"],
     "postgres up": ["postgres", "up"],
-    "marquez": ["marquez", "status"],
+    "marquez": ["marquez", "up"],  # --print-config and a refused setting return before anything starts
     "demo": ["demo"],
     "status": ["status"],
 }
