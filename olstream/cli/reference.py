@@ -119,7 +119,7 @@ Where and how a replay delivers is the sink's: its destination (as above), and i
 settings (`--concurrency`, `--batch-size`, `--retry-timeout`, `--dlq-topic`, `--topic`, ...: the
 flags of `olstream sink` but `--group`, `--dry-run`, `--until-idle`, `--instance-id` and the
 metrics), resolved from section `sink:` of the file and the sink's variables. See
-[operations.md](operations.md#olstream-replay).
+[operations.md](operations.md#replaying-the-lineage-topic-olstream-replay).
 """
 
 
