@@ -1,5 +1,6 @@
 # olstream: `make test` works on a fresh Debian machine with Java 17 and Maven (and installs what is
-# missing); `make lint` runs ruff and strict mypy; `make demo` runs the end-to-end demo.
+# missing); `make lint` runs ruff and strict mypy; `make demo` runs the end-to-end demo, asking only for
+# what the demo uses (Java 17, Maven; Graphviz for its picture), in one line when it cannot install it.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,19 +10,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.olstream-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv tools test test-unit lint demo kafka-up kafka-down clean
+.PHONY: help setup system-deps demo-deps venv tools test test-unit lint demo kafka-up kafka-down clean
 
 help:
 	@echo "make test     create .venv, install, run unit + integration tests (starts and stops Kafka, PostgreSQL)"
 	@echo "make lint     ruff check . and mypy --strict on the olstream package"
-	@echo "make demo     set up, then run 'olstream demo'"
+	@echo "make demo     Java 17, Maven (and Graphviz for the picture), .venv, then 'olstream demo'"
 	@echo "make test-unit  only the unit tests (no services)"
 
+# what `make test` needs (PostgreSQL, Prometheus, ...), and only what `make demo` needs
 system-deps:
-	@infra/system-deps.sh
+	@infra/system-deps.sh test
+
+demo-deps:
+	@infra/system-deps.sh demo
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "olstream needs Python >= 3.11: set PYTHON=...")'
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || { v=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  echo "Python $$v cannot create a virtualenv (no ensurepip): sudo apt-get install -y python$$v-venv" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml
@@ -51,7 +58,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-demo: setup
+demo: demo-deps venv
 	$(BIN)/olstream demo
 
 kafka-up: venv

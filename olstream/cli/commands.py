@@ -53,10 +53,10 @@ def add_destination_flags(parser: argparse.ArgumentParser, title: str) -> None:
 
 @dataclass(frozen=True)
 class LauncherCommand:
-    """What `olstream kafka|postgres|mirror up|down|status` share around each action: its settings
-    resolved (or printed for --print-config), logging at INFO for the `verbose` actions (warnings
-    only for the others), and a failure to start, stop or read the local server (`failures`) as one
-    line on stderr, exit 1."""
+    """What `olstream kafka|postgres|mirror|marquez|registry up|down|status` share around each action:
+    its own settings (each action declares only those it reads) resolved (or printed for
+    --print-config), logging at INFO for the `verbose` actions (warnings only for the others), and a
+    failure to start, stop or read the local server (`failures`) as one line on stderr, exit 1."""
 
     command: str
     verbose: tuple[str, ...]

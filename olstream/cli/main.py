@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from olstream.shared.errors import ConfigError, ExitCode
 from olstream.shared.extras import extra_of_missing, install_hint
 from olstream.shared.logs import redact
+from olstream.shared.version import package_version
 
 # Each module defines `register(subparsers) -> None`, adding its subcommand(s) with
 # `set_defaults(func=...)`, where func(args) -> int is the subcommand's main().
@@ -32,6 +33,9 @@ COMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="olstream", description="Turn a workflow engine's event log into OpenLineage lineage."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"olstream {package_version()}", help="print the version, exit"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -39,8 +39,12 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "postgres up": ("postgres", infra.POSTGRES_UP),
     "postgres down": ("postgres", infra.POSTGRES_DOWN),
     "postgres status": ("postgres", infra.POSTGRES_STATUS),
-    "marquez up|down|status": ("marquez", infra.MARQUEZ),
-    "registry up|down|status": ("registry", infra.REGISTRY),
+    "marquez up": ("marquez", infra.MARQUEZ_UP),
+    "marquez down": ("marquez", infra.MARQUEZ_DOWN),
+    "marquez status": ("marquez", infra.MARQUEZ_STATUS),
+    "registry up": ("registry", infra.REGISTRY_UP),
+    "registry down": ("registry", infra.REGISTRY_DOWN),
+    "registry status": ("registry", infra.REGISTRY_STATUS),
     "demo": ("demo", infra.DEMO),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""
@@ -85,8 +89,9 @@ sink:
   concurrency: 32
 ```
 
-`--print-config` prints the effective settings of a command as JSON and exits: each value and,
-under `sources`, where it came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
+`--print-config` prints the effective settings of a command as JSON and exits: the olstream version
+(`olstream_version`, as `olstream --version` prints it), each value and, under `sources`, where it
+came from (`flag`, `env NAME`, `file PATH` or `default`). Secrets
 (the sink's API key, the user info of a URL: user and password) are printed as `***`.
 
 An invalid setting ends the command with one line on stderr naming the setting, the value and
@@ -114,7 +119,7 @@ Where and how a replay delivers is the sink's: its destination (as above), and i
 settings (`--concurrency`, `--batch-size`, `--retry-timeout`, `--dlq-topic`, `--topic`, ...: the
 flags of `olstream sink` but `--group`, `--dry-run`, `--until-idle`, `--instance-id` and the
 metrics), resolved from section `sink:` of the file and the sink's variables. See
-[operations.md](operations.md#olstream-replay).
+[operations.md](operations.md#replaying-the-lineage-topic-olstream-replay).
 """
 
 

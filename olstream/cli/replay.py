@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -20,9 +19,9 @@ from confluent_kafka import KafkaException
 from olstream.cli.commands import add_destination_flags
 from olstream.connectors.sink.settings import build_settings
 from olstream.operations.replay_settings import REPLAY_SETTINGS, SINK_FLAGS, build_replay_settings, sink_flags
-from olstream.shared.config import add_flags, add_print_config
+from olstream.shared.config import add_flags, add_print_config, print_settings
 from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
-from olstream.shared.logs import redact, setup_logging
+from olstream.shared.logs import setup_logging
 
 if TYPE_CHECKING:  # the sink's modules register its metrics: imported only when a replay runs
     from olstream.connectors.sink.bounded import ReplayProgress
@@ -53,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     sink = build_settings(sink_flags(flags), os.environ, Path.cwd())
     settings = build_replay_settings(flags, sink, os.environ, datetime.now(UTC))
     if args.print_config:
-        sys.stdout.write(redact(json.dumps(settings.describe(), indent=2, default=str)) + "\n")
+        print_settings(settings.describe())
         return ExitCode.OK
     setup_logging(sink.log_format, sink.log_level)
     from olstream.operations.replay import run_replay  # aiohttp, only when the replay runs

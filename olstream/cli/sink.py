@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +13,9 @@ from confluent_kafka import KafkaException
 
 from olstream.cli.commands import add_destination_flags
 from olstream.connectors.sink.settings import SINK_SETTINGS, build_settings
-from olstream.shared.config import add_flags, add_print_config
+from olstream.shared.config import add_flags, add_print_config, print_settings
 from olstream.shared.errors import ConfigError, ExitCode, KafkaAuthError, OlstreamError
-from olstream.shared.logs import redact, setup_logging
+from olstream.shared.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def main(args: argparse.Namespace) -> int:
     settings = build_settings(vars(args), os.environ, Path.cwd())
     if args.print_config:
-        sys.stdout.write(redact(json.dumps(settings.describe(), indent=2)) + "\n")
+        print_settings(settings.describe())
         return ExitCode.OK
     setup_logging(settings.log_format, settings.log_level)
     try:

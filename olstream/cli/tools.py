@@ -13,9 +13,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from olstream.cli.commands import add_actions, resolve_unless_printed
-from olstream.infra.settings import DEMO, MARQUEZ, REGISTRY, data_dir_of, local_postgres
-from olstream.shared.config import add_flags, add_print_config, print_config, resolve
+from olstream.cli.commands import LauncherCommand
+from olstream.infra import marquez, registry
+from olstream.infra.settings import (
+    DEMO,
+    MARQUEZ_DOWN,
+    MARQUEZ_STATUS,
+    MARQUEZ_UP,
+    REGISTRY_DOWN,
+    REGISTRY_STATUS,
+    REGISTRY_UP,
+    data_dir_of,
+    local_postgres,
+)
+from olstream.shared.config import Resolved, add_flags, add_print_config, print_config, resolve
 from olstream.shared.errors import ExitCode, MissingExtraError, OlstreamError
 from olstream.shared.logs import setup_logging
 
@@ -94,76 +105,73 @@ def _run_graph(args: argparse.Namespace) -> int:
 
 
 def _register_marquez(subparsers: argparse._SubParsersAction[Any]) -> None:
-    add_actions(
+    MARQUEZ.register(
         subparsers,
-        "marquez",
         "run a local Marquez API server from its server jar (--jar: Maven Central does not serve Marquez)",
         (
-            ("up", "start Marquez (no-op when it runs)", MARQUEZ, _run_marquez),
-            ("down", "stop the Marquez of --data-dir", MARQUEZ, _run_marquez),
-            ("status", "say whether it runs", MARQUEZ, _run_marquez),
+            ("up", "start Marquez (no-op when it runs)", MARQUEZ_UP, _marquez_up),
+            ("down", "stop the Marquez of --data-dir", MARQUEZ_DOWN, _marquez_down),
+            ("status", "say whether it runs (exit 3 when not)", MARQUEZ_STATUS, _marquez_status),
         ),
     )
 
 
-def _run_marquez(args: argparse.Namespace) -> int:
-    from olstream.infra import marquez
+MARQUEZ = LauncherCommand("marquez", verbose=("up", "down", "status"))
 
-    r = resolve_unless_printed("marquez", MARQUEZ, args)
-    if r is None:
-        return ExitCode.OK
-    setup_logging(r["log_format"], "INFO")
-    try:
-        settings = marquez.settings_of(r.values, args.marquez_command, local_postgres(os.environ))
-        if args.marquez_command == "up":
-            print(f"Marquez API at {marquez.up(settings)}")
-        elif args.marquez_command == "down":
-            print("stopped" if marquez.down(settings) else "not running")
-        else:
-            print(marquez.status(settings))
-    except OlstreamError as e:
-        print(f"olstream marquez {args.marquez_command}: {e}", file=sys.stderr)
-        return ExitCode.FAILED
+
+def _marquez_up(r: Resolved) -> int:
+    print(f"Marquez API at {marquez.up(marquez.settings_of(r.values, local_postgres(os.environ)))}")
     return ExitCode.OK
+
+
+def _marquez_down(r: Resolved) -> int:
+    print("stopped" if marquez.down(data_dir_of(r, marquez.default_data_dir())) else "not running")
+    return ExitCode.OK
+
+
+def _marquez_status(r: Resolved) -> int:
+    return _say_status(marquez.status(data_dir_of(r, marquez.default_data_dir())))
+
+
+def _say_status(state: str | None) -> int:
+    """What `marquez status` and `registry status` say: what runs, or "not running" and exit 3."""
+    print(state or "not running")
+    return ExitCode.OK if state else ExitCode.NOT_RUNNING
 
 
 def _register_registry(subparsers: argparse._SubParsersAction[Any]) -> None:
-    add_actions(
+    REGISTRY.register(
         subparsers,
-        "registry",
         "run a local Apicurio Registry, a Confluent-compatible Schema Registry (Maven Central, Java 17; "
         "in-memory)",
         (
-            ("up", "start it (no-op when running), print its URL", REGISTRY, _run_registry),
-            ("down", "stop the registry of --data-dir", REGISTRY, _run_registry),
-            ("status", "say whether it runs (exit 3 when not)", REGISTRY, _run_registry),
+            ("up", "start it (no-op when running), print its URL", REGISTRY_UP, _registry_up),
+            ("down", "stop the registry of --data-dir", REGISTRY_DOWN, _registry_down),
+            ("status", "say whether it runs (exit 3 when not)", REGISTRY_STATUS, _registry_status),
         ),
     )
 
 
-def _run_registry(args: argparse.Namespace) -> int:
-    from olstream.infra import registry
+REGISTRY = LauncherCommand("registry", verbose=("up", "down", "status"))
 
-    r = resolve_unless_printed("registry", REGISTRY, args)
-    if r is None:
-        return ExitCode.OK
-    setup_logging(r["log_format"], "INFO")
+
+def _registry_data_dir(r: Resolved) -> Path:
+    return data_dir_of(r, registry.default_data_dir())
+
+
+def _registry_up(r: Resolved) -> int:
     settings = registry.RegistrySettings(
-        port=r["port"],
-        data_dir=data_dir_of(r, registry.default_data_dir()),
-        version=r["version"],
-        start_timeout=r["timeout"],
+        port=r["port"], data_dir=_registry_data_dir(r), version=r["version"], start_timeout=r["timeout"]
     )
-    try:
-        if args.registry_command == "up":
-            print(registry.up(settings))
-        elif args.registry_command == "down":
-            print("stopped" if registry.down(settings) else "not running")
-        else:
-            state = registry.status(settings)
-            print(state or "not running")
-            return ExitCode.OK if state else ExitCode.NOT_RUNNING
-    except OlstreamError as e:
-        print(f"olstream registry {args.registry_command}: {e}", file=sys.stderr)
-        return ExitCode.FAILED
+    print(registry.up(settings))
     return ExitCode.OK
+
+
+def _registry_down(r: Resolved) -> int:
+    settings = registry.RegistrySettings(data_dir=_registry_data_dir(r), start_timeout=r["timeout"])
+    print("stopped" if registry.down(settings) else "not running")
+    return ExitCode.OK
+
+
+def _registry_status(r: Resolved) -> int:
+    return _say_status(registry.status(registry.RegistrySettings(data_dir=_registry_data_dir(r))))

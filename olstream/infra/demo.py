@@ -141,11 +141,11 @@ class Demo:
         if not self.s.marquez:
             return self.s.url
         from olstream.infra import marquez
-        from olstream.infra.settings import MARQUEZ, local_postgres
+        from olstream.infra.settings import MARQUEZ_UP, local_postgres
 
         with self.console.status("starting Marquez ..."):
-            values = resolve("marquez", MARQUEZ, {}, os.environ).values
-            url = marquez.up(marquez.settings_of(values, "up", local_postgres(os.environ)))
+            values = resolve("marquez", MARQUEZ_UP, {}, os.environ).values
+            url = marquez.up(marquez.settings_of(values, local_postgres(os.environ)))
         self.console.print(f"[green]✓[/] Marquez API at {url} (left running: `olstream marquez down`)")
         return url
 

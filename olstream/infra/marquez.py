@@ -1,12 +1,13 @@
 """A local Marquez API server (no Docker), on a PostgreSQL database it owns.
 
 The server is a jar: `--jar` names one (Marquez's own build, for example
-`../shared/marquez/marquez-api-0.51.1.jar`, built from Marquez's source), else `up` asks Maven to
-resolve `io.github.marquezproject:marquez-api` into `~/.cache/olstream/marquez/<version>/libs` (once
-per version), which the Maven Central reachable here does not serve (docs/limits.md). `up` creates
-the `marquez` role and a database owned by it, renders `marquez.yml` from the template
-`infra/marquez/marquez.yml` (in the wheel: `olstream/infra/marquez.yml`) and starts
-`marquez.MarquezApp server marquez.yml` on Java 17.
+`../shared/marquez/marquez-api-0.51.1.jar`, built from Marquez's source), else `up` asks Maven for
+`io.github.marquezproject:marquez-api` into `~/.cache/olstream/marquez/<version>/libs` (once per
+version), which the Maven Central reachable here does not serve (docs/limits.md): that attempt fails
+and says to name a jar. `up` creates the `marquez` role and a database owned by it, renders
+`marquez.yml` from the template `infra/marquez/marquez.yml` (in the wheel:
+`olstream/infra/marquez.yml`) and starts `marquez.MarquezApp server marquez.yml` on Java 17. It
+records the server's pid, version and URL in its data dir, which is all `down` and `status` read.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ DEFAULT_MARQUEZ_VERSION = "0.51.1"  # the newest release (no 0.52 is tagged)
 DEFAULT_PORT = 5000
 MAIN_CLASS = "marquez.MarquezApp"
 HEAP_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC")
+PID_FILE = "marquez.pid"
+VERSION_FILE = "marquez.version"  # the version the running server reported at start (its jar's manifest)
+URL_FILE = "marquez.url"  # the API's URL
+REQUEST_LOG_FILE = "marquez-requests.log"  # Marquez's request log: one line per HTTP request it answered
 _SOURCE_DIR = Path(__file__).resolve().parents[2] / "infra" / "marquez"  # a checkout's files
 _PACKAGED_DIR = Path(__file__).resolve().parent  # the wheel's copies of them (force-include)
 
@@ -78,7 +83,7 @@ class MarquezSettings:
     admin_port: int
     data_dir: Path
     pg_admin_url: str  # a superuser URL of the PostgreSQL server; Marquez gets its own role and db
-    jar: str | None = None  # a server jar to run instead of the one Maven resolves
+    jar: str | None = None  # the server jar to run (None: Maven is asked for marquez-api)
     db_name: str = "marquez"
     db_user: str = "marquez"
     db_password: str = "marquez"
@@ -91,7 +96,7 @@ class MarquezSettings:
 
     @property
     def pid_file(self) -> Path:
-        return self.data_dir / "marquez.pid"
+        return self.data_dir / PID_FILE
 
     @property
     def config_file(self) -> Path:
@@ -103,13 +108,15 @@ class MarquezSettings:
 
     @property
     def request_log_file(self) -> Path:
-        """Marquez's request log: one line per HTTP request it answered."""
-        return self.data_dir / "marquez-requests.log"
+        return self.data_dir / REQUEST_LOG_FILE
 
     @property
     def version_file(self) -> Path:
-        """The version the running server reported at start (its jar's manifest)."""
-        return self.data_dir / "marquez.version"
+        return self.data_dir / VERSION_FILE
+
+    @property
+    def url_file(self) -> Path:
+        return self.data_dir / URL_FILE
 
     def jdbc_url(self) -> str:
         parts = urlsplit(self.pg_admin_url)
@@ -247,6 +254,13 @@ def read_pid(settings: MarquezSettings) -> int | None:
     return running_pid(settings.pid_file)
 
 
+def _recorded(path: Path, default: str) -> str:
+    try:
+        return path.read_text().strip() or default
+    except OSError:
+        return default
+
+
 def api_ready(url: str, timeout: float = 2.0) -> bool:
     return answers_json(f"{url}/api/v1/namespaces", timeout)
 
@@ -279,6 +293,7 @@ def up(settings: MarquezSettings) -> str:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     settings.pid_file.write_text(str(proc.pid))
     settings.version_file.write_text(version)
+    settings.url_file.write_text(settings.url)
     deadline = time.monotonic() + settings.start_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -302,26 +317,25 @@ def up(settings: MarquezSettings) -> str:
     )
 
 
-def down(settings: MarquezSettings) -> bool:
+def down(data_dir: Path) -> bool:
     """Stop the Marquez this data dir started; False when none was running."""
-    pid = read_pid(settings)
+    pid = running_pid(data_dir / PID_FILE)
     if pid is None:
         return False
     stop_pid(pid)
-    settings.pid_file.unlink(missing_ok=True)
+    (data_dir / PID_FILE).unlink(missing_ok=True)
     return True
 
 
-def status(settings: MarquezSettings) -> str:
-    pid = read_pid(settings)
+def status(data_dir: Path) -> str | None:
+    """What runs for this data dir (its version, URL and request log), or None when nothing does."""
+    pid = running_pid(data_dir / PID_FILE)
     if pid is None:
-        return "stopped"
-    try:
-        version = settings.version_file.read_text().strip()
-    except OSError:
-        version = "of unknown version"
-    answering = "" if api_ready(settings.url) else ", API not answering"
-    where = f"at {settings.url}{answering}; request log {settings.request_log_file}"
+        return None
+    version = _recorded(data_dir / VERSION_FILE, "of unknown version")
+    url = _recorded(data_dir / URL_FILE, f"http://127.0.0.1:{DEFAULT_PORT}")  # started before the URL file
+    answering = "" if api_ready(url) else ", API not answering"
+    where = f"at {url}{answering}; request log {data_dir / REQUEST_LOG_FILE}"
     return f"Marquez {version} running (pid {pid}) {where}"
 
 
@@ -335,16 +349,13 @@ def local_pg_admin_url(settings: PostgresSettings) -> str:
     return state.url
 
 
-def settings_of(values: Mapping[str, Any], action: str, local_postgres: PostgresSettings) -> MarquezSettings:
-    """Marquez's settings from the resolved `marquez` settings (olstream.infra.settings.MARQUEZ).
+def settings_of(values: Mapping[str, Any], local_postgres: PostgresSettings) -> MarquezSettings:
+    """What `up` starts, from the resolved settings of `marquez up` (olstream.infra.settings.MARQUEZ_UP).
 
-    Without `pg_url`, `up` keeps Marquez's database on the local `olstream postgres` server
+    Without `pg_url`, Marquez's database is on the local `olstream postgres` server
     (`local_postgres`, started when it is not running).
     """
-    needs_pg = action == "up"
-    pg_url = values["pg_url"] or (
-        local_pg_admin_url(local_postgres) if needs_pg else "postgresql://127.0.0.1:5432/postgres"
-    )
+    pg_url = values["pg_url"] or local_pg_admin_url(local_postgres)
     data_dir = Path(values["data_dir"]) if values["data_dir"] else default_data_dir()
     return MarquezSettings(
         version=values["version"],

@@ -99,14 +99,15 @@ POSTGRES_UP = (
 POSTGRES_DOWN = (POSTGRES_DATA_DIR, _timeout(30.0, "seconds before SIGKILL", "stop_timeout"), LOG_FORMAT)
 POSTGRES_STATUS = (POSTGRES_DATA_DIR, LOG_FORMAT)
 
-MARQUEZ = (
-    _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez"),
+MARQUEZ_DATA_DIR = _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez")
+MARQUEZ_UP = (
+    MARQUEZ_DATA_DIR,
     _port(marquez.DEFAULT_PORT, "OLSTREAM_MARQUEZ_PORT", "API port"),
     Setting("admin_port", None, "admin port [port+1]", parse=int, env="", check=port_number),
     Setting(
         "version",
         marquez.DEFAULT_MARQUEZ_VERSION,
-        "Marquez release (what Maven is asked for without --jar)",
+        "Marquez release (what Maven is asked for without --jar; a jar's own version wins)",
         env="OLSTREAM_MARQUEZ_VERSION",
     ),
     Setting(
@@ -118,15 +119,21 @@ MARQUEZ = (
     Setting(
         "jar",
         None,
-        "the Marquez server jar to run, built from Marquez's source (Maven Central does not serve "
-        "marquez-api) [none: Maven resolves it]",
+        "the Marquez server jar to run, built from Marquez's source, e.g. "
+        "../shared/marquez/marquez-api-0.51.1.jar [none: `up` asks Maven for marquez-api, which the "
+        "Maven Central reachable here does not serve]",
         env="OLSTREAM_MARQUEZ_JAR",
     ),
     LOG_FORMAT,
 )
+MARQUEZ_DOWN = (MARQUEZ_DATA_DIR, LOG_FORMAT)
+MARQUEZ_STATUS = (MARQUEZ_DATA_DIR, LOG_FORMAT)
 
-REGISTRY = (
-    _data_dir("OLSTREAM_REGISTRY_DATA_DIR", "schema registry (its pid and log; the schemas are in memory)"),
+REGISTRY_DATA_DIR = _data_dir(
+    "OLSTREAM_REGISTRY_DATA_DIR", "schema registry (its pid and log; the schemas are in memory)"
+)
+REGISTRY_UP = (
+    REGISTRY_DATA_DIR,
     _port(registry.DEFAULT_PORT, "OLSTREAM_REGISTRY_PORT", "HTTP port (the ccompat API at /apis/ccompat/v7)"),
     Setting(
         "version",
@@ -134,9 +141,11 @@ REGISTRY = (
         "Apicurio Registry release (from Maven Central; 2.6 runs on Java 17)",
         env="OLSTREAM_REGISTRY_VERSION",
     ),
-    _timeout(120.0, "up: seconds to wait for the API; down: before SIGKILL"),
+    _timeout(120.0, "seconds to wait for the API"),
     LOG_FORMAT,
 )
+REGISTRY_DOWN = (REGISTRY_DATA_DIR, _timeout(120.0, "seconds before SIGKILL"), LOG_FORMAT)
+REGISTRY_STATUS = (REGISTRY_DATA_DIR, LOG_FORMAT)
 
 DEMO = (
     Setting("runs", 500, "workflow runs to simulate", parse=int, env="", check=at_least(1)),

@@ -38,6 +38,7 @@ import yaml
 
 from olstream.shared.errors import ConfigError
 from olstream.shared.logs import REDACTED, hide_userinfo, redact
+from olstream.shared.version import package_version
 
 Parse = Callable[[str], Any]
 Check = Callable[[Any], "str | None"]
@@ -373,4 +374,11 @@ def field_default(cls: type, name: str) -> Any:
 
 def print_config(resolved: Resolved) -> None:
     """`--print-config`: the effective settings as JSON on stdout, secrets redacted."""
-    sys.stdout.write(redact(resolved.render()) + "\n")
+    print_settings(resolved.describe())
+
+
+def print_settings(described: Mapping[str, Any]) -> None:
+    """A command's described settings as JSON on stdout, secrets redacted, after `olstream_version`
+    (the installed package's: which release read them)."""
+    doc = {"olstream_version": package_version(), **described}
+    sys.stdout.write(redact(json.dumps(doc, indent=2, default=str)) + "\n")

@@ -85,14 +85,14 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
     ExitCode.OK: "done: `--until-idle` reached its end, a signal stopped the command after a flush, "
     "`--print-config`, or a check passed",
     ExitCode.FAILED: "failed while running: Kafka refused a record, the event log or a receiver failed; "
-    "`log simulate` could not open its log; a local service (kafka, postgres, marquez) could not be "
-    "started, stopped or asked; the demo failed",
+    "`log simulate` could not open its log; a local service (kafka, postgres, mirror, marquez, registry) "
+    "could not be started, stopped or asked; the demo failed",
     ExitCode.CONFIG: "cannot start as configured, and nothing was done: an invalid setting or flag (stderr "
     "names it); the source's event log that cannot be opened; Kafka unreachable when the source or the "
     "worker starts; a faust without a private name the worker needs; a Python package of an extra not "
     "installed (stderr names the extra: `pip install 'olstream[local]'`)",
-    ExitCode.NOT_RUNNING: "`olstream kafka status`, `olstream postgres status`: the local service is not "
-    "running",
+    ExitCode.NOT_RUNNING: "`status` of a local launcher (`olstream kafka status`, `postgres status`, "
+    "`mirror status`, `marquez status`, `registry status`): the local service is not running",
     ExitCode.SEND_FAILED: "the worker could not send a batch's events (EX_TEMPFAIL): it left at once, "
     "without a commit, and a restart processes the batch again",
     ExitCode.INPUT_GREW: "the worker's input topic gained partitions while it ran (MirrorMaker 2 "

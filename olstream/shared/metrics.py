@@ -1,4 +1,5 @@
-"""Prometheus metrics and a health check served on `--metrics-port` by each long-running command."""
+"""Prometheus metrics and a health check served on `--metrics-port` by each long-running command, and
+the two metrics every service exports: `olstream_healthy` and `olstream_build_info`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Gauge, generate_latest
 
 from olstream.shared.errors import ConfigError
+from olstream.shared.version import package_version
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,10 @@ HEALTHY = Gauge(
     "olstream_healthy", "1 while /healthz answers 200, 0 while it answers 503 (the reason is its body)"
 )
 HEALTHY.set(1)
+BUILD_INFO = Gauge(
+    "olstream_build_info", "always 1; its label `version` is the olstream package version", ["version"]
+)
+BUILD_INFO.labels(version=package_version()).set(1)
 
 
 def set_health(healthy: bool, reason: str = "ok") -> None:

@@ -33,7 +33,7 @@ from olstream.contract.records import RunEnded, RunStarted
 from olstream.eventlog.stores import open_store
 from olstream.infra import marquez
 from olstream.infra.process import free_port
-from olstream.infra.settings import MARQUEZ
+from olstream.infra.settings import MARQUEZ_UP
 from olstream.shared.config import resolve
 from olstream.shared.errors import OlstreamError
 from tests.support.paths import shared_marquez_jar
@@ -49,7 +49,8 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if external:
         yield external.rstrip("/")
         return
-    configured = resolve("marquez", MARQUEZ, {}, os.environ)  # OLSTREAM_MARQUEZ_VERSION, OLSTREAM_MARQUEZ_JAR
+    # OLSTREAM_MARQUEZ_VERSION, OLSTREAM_MARQUEZ_JAR
+    configured = resolve("marquez", MARQUEZ_UP, {}, os.environ)
     # without OLSTREAM_MARQUEZ_JAR: the Marquez server jar in ../shared/marquez/, where CI has one
     jar = configured["jar"] or shared_marquez_jar()
     try:
@@ -71,7 +72,7 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         yield marquez.up(settings)
     finally:
-        marquez.down(settings)
+        marquez.down(settings.data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
