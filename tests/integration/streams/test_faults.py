@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections import defaultdict
@@ -112,6 +113,14 @@ def test_scale_out_kill_9_one_of_three_workers(
             stop(p)
         follower.close()
         stalls.close()
+    # each survivor took the dead worker's partitions in a rebalance, with the producer it had: one
+    # initialised per process (and one per replacement of a fenced one), none per assignment
+    for i in (0, 2):
+        text = (tmp_path / f"w{i}.log").read_text(errors="replace")
+        assert "rebalance complete" in text
+        inits = len(re.findall(r"transactional producer \S+ initialised in", text))
+        replaced = len(re.findall(r"replacing the (?:transactional )?producer", text))
+        assert inits == 1 + replaced, f"w{i}: {inits} producers initialised, {replaced} replaced"
     # the killed worker's open transaction held read_committed readers of the partitions it wrote
     # until the broker aborted it: at most the session timeout plus the broker's abort interval
     stall, partition = stalls.longest_since(killed_at)
