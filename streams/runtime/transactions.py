@@ -24,10 +24,11 @@ a transaction open longer than `transaction_timeout` (a worker killed and not re
 blocked while a broker was away), which fences the producer for good (`ProducerFenced`, fatal):
 `recover` puts a new one of the same id in its place.
 
-**Errors.** A fence drops the batch (``olstream.streams.runtime.member_gate``). An abortable error
-(a broker failing over, a send that failed) aborts the transaction and sends its messages again in
-a new one, up to `ATTEMPTS` times; then, or on any other error, `DeliveryError` (exit
-``SEND_FAILED``).
+**Errors.** A fence drops the batch (``olstream.streams.runtime.member_gate``), and so does a send
+that finds the open transaction failed (`TransactionFailed`: librdkafka refuses every send until
+it is aborted). At the commit, an abortable error (a broker failing over, a send that failed)
+aborts the transaction and sends its messages again in a new one, up to `ATTEMPTS` times; then, or
+on any other error, `DeliveryError` (exit ``SEND_FAILED``).
 
 **A call that never returns.** librdkafka's ``send_offsets_to_transaction`` can block past its
 timeout, for good, when the broker of the group's coordinator died (librdkafka issues 5456 and
@@ -96,6 +97,11 @@ class ProducerFenced(Fenced):
 class GenerationFenced(Fenced):
     """The group refused this worker's offsets: it is not a member of the group's current generation
     (the group dropped it; a rebalance gives it partitions again)."""
+
+
+class TransactionFailed(Fenced):
+    """A send found the open transaction failed (librdkafka refuses sends until it is aborted: a
+    transaction the broker timed out, a send the broker refused)."""
 
 
 class CallStuck(DeliveryError):
@@ -226,15 +232,30 @@ class WorkerTransactions:
             try:
                 producer.begin_transaction()
             except KafkaException as e:
-                self._raise("begin a transaction", e)
+                self._raise_for_send("begin a transaction", e)
             self.produced = []
         self.produced.append(item)
         try:
             produce(producer, *item)
-        except (KafkaException, SystemError) as e:  # fatal: fenced, or the producer unusable
+        except (KafkaException, SystemError) as e:  # fenced, the transaction failed, or unusable
             if isinstance(e, SystemError) and _kafka_error(e) is None:
                 raise
-            self._raise("send", e)
+            self._raise_for_send("send", e)
+
+    def _raise_for_send(self, what: str, e: Exception) -> NoReturn:
+        """A send's failure: `TransactionFailed` when librdkafka refuses it until the transaction is
+        aborted (its state is erroneous, or the error asks for the abort), else as `_raise` says."""
+        error = _kafka_error(e)
+        if (
+            error is not None
+            and not error.fatal()
+            and (error.code() == KafkaError._STATE or error.txn_requires_abort())
+        ):
+            raise TransactionFailed(
+                f"{self.transactional_id}: the open transaction failed and must be aborted: cannot "
+                f"{what}: {error}"
+            ) from e
+        self._raise(what, e)
 
     def send(
         self,

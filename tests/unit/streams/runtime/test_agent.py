@@ -35,7 +35,7 @@ from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
 from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
-from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced
+from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced, TransactionFailed
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState, state_key
 from olstream.streams.state_store import loads_state
@@ -1262,13 +1262,18 @@ def test_under_exactly_once_a_worker_the_group_dropped_drops_its_batch_and_goes_
     assert rig.table.state("r1") is not None
 
 
-def test_under_exactly_once_a_worker_fenced_by_the_epoch_reads_its_partitions_again_at_once(
-    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+@pytest.mark.parametrize(
+    "failure",
+    [ProducerFenced("transactional id 'x' is fenced"), TransactionFailed("x: the open transaction failed")],
+)
+def test_under_exactly_once_a_worker_whose_transaction_failed_reads_its_partitions_again_at_once(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop, failure: Exception
 ) -> None:
-    """The broker aborted the transaction (open past its timeout: a broker away): the producer is
-    replaced and the partitions are read again from the committed offsets, with no rebalance."""
+    """The broker aborted the transaction (open past its timeout: a pause, a broker away), which
+    fenced the producer or left the transaction to be aborted: the transaction is ended (the producer
+    replaced) and the partitions are read again from the committed offsets, with no rebalance."""
     rig = Rig(monkeypatch, loop, batch_size=2, processing_guarantee="exactly_once")
-    rig.transactions.fenced = ProducerFenced("transactional id 'x' is fenced")
+    rig.transactions.fenced = failure
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     trace = rig.take()
     assert rig.table.rows == {} and rig.table.writes == []

@@ -13,6 +13,7 @@ from olstream.streams.runtime import transactions
 from olstream.streams.runtime.transactions import (
     GenerationFenced,
     ProducerFenced,
+    TransactionFailed,
     WorkerTransactions,
 )
 
@@ -83,3 +84,23 @@ def test_a_fenced_epoch_raises_producer_fenced_and_is_kept_as_the_cause() -> Non
     # a producer in a fatal state answers only _FATAL later: the first cause is what is said
     with pytest.raises(ProducerFenced, match="fenced by newer producer instance"):
         txns._raise("send", KafkaException(KafkaError(KafkaError._FATAL, "Fatal error")))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaError(KafkaError._STATE, "Unable to produce message: Local: Erroneous state"),
+        KafkaError(KafkaError._TIMED_OUT, "abortable", txn_requires_abort=True),
+    ],
+)
+def test_a_send_refused_until_the_transaction_is_aborted_raises_transaction_failed(error: KafkaError) -> None:
+    """A paused worker's transaction timed out by the broker: librdkafka refuses every send of it
+    (a loop run of the paused-worker test ended SEND_FAILED on this before it was handled)."""
+    with pytest.raises(TransactionFailed, match="must be aborted"):
+        _transactions()._raise_for_send("send", KafkaException(error))
+
+
+def test_a_fenced_send_is_still_producer_fenced() -> None:
+    fenced = KafkaError(KafkaError._FENCED, "fenced by newer producer instance", fatal=True)
+    with pytest.raises(ProducerFenced):
+        _transactions()._raise_for_send("send", KafkaException(fenced))
