@@ -2,8 +2,8 @@
 
 Every transport answers `send(event)` with a DeliveryResult and makes what it accepted
 durable in `make_durable()`, which the sink calls before committing the offsets it covers.
-HTTP uses aiohttp (keep-alive pool bounded by the sink's concurrency); see the README for the
-benchmark that chose it over httpx. Like openlineage-python's HttpTransport, it sends the custom
+HTTP uses aiohttp (keep-alive pool bounded by the sink's concurrency), chosen over httpx by
+bench/sink.py (docs/sink.md). Like openlineage-python's HttpTransport, it sends the custom
 headers of the settings on every request and, with compression gzip, gzips each body (level 3)
 with `Content-Encoding: gzip`.
 """

@@ -3,14 +3,13 @@
 faust restores a partition's RocksDB store from the table's changelog topic; the worker writes that
 topic itself, as faust's own table write would (the same topic, key and raw value, a delete as a
 tombstone, in the partition of the event that changed the key), but with a confluent-kafka producer
-instead of faust's aiokafka one. faust's producer is pure Python: on a batch of a few thousand state
-writes it cost about a tenth of the worker's event loop and a flush of 30-90 ms per checkpoint
-(bench/stream.py); librdkafka sends them from its own threads.
+instead of faust's aiokafka one: faust's producer is pure Python and sends on the worker's event
+loop, while librdkafka sends from its own threads (what that saved is in docs/benchmarks.md).
 
 `flush` answers, per changelog partition written, the offset after its highest acknowledged write:
 the run store (``olstream.streams.runtime.run_store``) keeps it with the batch's state, and a
-restart restores the changelog only past it. Under exactly_once the changelog writes go into each
-input partition's transaction instead (``olstream.streams.runtime.transactions``).
+restart restores the changelog only past it. Under exactly_once the changelog writes go into the
+worker's transaction instead (``olstream.streams.runtime.transactions``).
 """
 
 from __future__ import annotations
