@@ -195,12 +195,12 @@ def test_topics_cover_the_internal_ones_with_their_sizes() -> None:
 
 
 def test_the_prometheus_rule_and_the_dashboard_are_the_files_in_deploy() -> None:
-    """One source: the chart's files/ link to deploy/prometheus and deploy/grafana; helm reads the
-    linked files (and `helm package` stores their contents), never through `tpl`: the rules'
+    """One source: the chart's files/ are copies of deploy/prometheus and deploy/grafana
+    (tests/unit/deploy/test_chart_files.py); helm reads them never through `tpl`: the rules'
     {{ $labels.instance }} arrive as Prometheus wrote them."""
-    for link, target in (("olstream-rules.yml", RULES), ("olstream-dashboard.json", DASHBOARD)):
-        path = CHART / "files" / link
-        assert path.is_symlink() and path.resolve() == target.resolve()
+    for copy, source in (("olstream-rules.yml", RULES), ("olstream-dashboard.json", DASHBOARD)):
+        path = CHART / "files" / copy
+        assert not path.is_symlink() and path.read_bytes() == source.read_bytes()
     objects = render(VALUES_BY_ID["metrics"])
     (rule,) = by_kind(objects, "PrometheusRule")
     assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
