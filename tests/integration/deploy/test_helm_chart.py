@@ -271,6 +271,7 @@ def test_the_default_values_stop_on_the_schema_naming_what_is_missing() -> None:
         "tests.kafkaUser=admin": "/tests/kafkaUser",
         "worker.replicas=two": "/worker/replicas",
         "config.worker.data_dir=data": "/config/worker/data_dir",
+        "config.source.partitions=many": "/config/source/partitions",
         "sink.receivers.marquez.transport.type=kafka": "/sink/receivers/marquez/transport/type",
     }
     for value, where in refusals.items():
