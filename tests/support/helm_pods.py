@@ -1,6 +1,7 @@
 """Rendered pods as local processes: what a kubelet would start, from the objects `helm template` gave.
 
-For each replica of each Deployment and StatefulSet, its one container becomes a process:
+For each replica of each Deployment and StatefulSet, and each bare Pod (the `helm test` hooks:
+`hook_pod_processes`), its one container becomes a process:
 
 - the program: the container's `command`, else the image's ENTRYPOINT (the Dockerfile's), then its
   `args`; `olstream` is the test virtualenv's;
@@ -87,7 +88,9 @@ class PodProcess:
 
     @property
     def grace(self) -> float:
-        return float(self.workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"])
+        spec = self.workload["spec"]
+        spec = spec.get("template", {}).get("spec", spec)  # a workload's pod template, or a bare Pod
+        return float(spec.get("terminationGracePeriodSeconds", 30))
 
     def start(self) -> None:
         with self.log.open("ab") as out:
@@ -178,74 +181,106 @@ def pod_processes(
 ) -> list[PodProcess]:
     """Every replica of every rendered workload as a process to start (not started)."""
     image = image or image_of_dockerfile()
-    configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"}
+    configmaps = _configmaps(objects)
     used_ports: set[int] = set()
     out: list[PodProcess] = []
     for workload in (o for o in objects if o["kind"] in ("Deployment", "StatefulSet")):
         name = workload["metadata"]["name"]
-        template = workload["spec"]["template"]["spec"]
         claims = {c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])}
-        (container,) = template["containers"]
         for replica in range(int(workload["spec"].get("replicas", 1))):
             pod = f"{name}-{replica}" if workload["kind"] == "StatefulSet" else f"{name}-{replica}x7k2q"
-            pod_dir = root / pod
-            files = PodFiles(pod_dir, image)
-            volumes = {v["name"]: v for v in template.get("volumes", [])}
-            written: list[tuple[Path, str]] = []
-            for mount in container.get("volumeMounts", []):
-                vname = mount["name"]
-                host = pod_dir / "volumes" / vname
-                host.mkdir(parents=True, exist_ok=True)
-                if vname in claims:
-                    pass  # the replica's own claim
-                else:
-                    assert vname in volumes, f"{pod}: mount of an undeclared volume {vname}"
-                    volume = volumes[vname]
-                    if "configMap" in volume or "secret" in volume:
-                        for key, text in _data_of(volume, configmaps, secrets).items():
-                            written.append((host / key, text))
-                    else:
-                        assert "emptyDir" in volume, f"{pod}: volume {vname} of a kind this test cannot map"
-                files.mounts[mount["mountPath"]] = host / mount.get("subPath", "")
-            for path, text in written:  # after every mount is known: the files name each other
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(files.host(text))
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("OLSTREAM_", "OPENLINEAGE"))}
-            env.update({"PYTHONPATH": str(REPO), "HOME": str(files.path("/var/lib/olstream"))})
-            env.update(image.env)
-            for var in container.get("env", []):
-                if "value" in var:
-                    env[var["name"]] = files.host(str(var["value"]))
-                    continue
-                ref = var["valueFrom"]
-                if "secretKeyRef" in ref:
-                    s = ref["secretKeyRef"]
-                    assert s["key"] in secrets.get(s["name"], {}), (
-                        f"{pod}: {var['name']} from Secret {s['name']}/{s['key']}: none"
-                    )
-                    env[var["name"]] = secrets[s["name"]][s["key"]]
-                elif "configMapKeyRef" in ref:
-                    c = ref["configMapKeyRef"]
-                    env[var["name"]] = files.host(configmaps[c["name"]][c["key"]])
-                else:
-                    field_path = ref["fieldRef"]["fieldPath"]
-                    env[var["name"]] = {"metadata.name": pod, "metadata.namespace": "lineage"}[field_path]
-            program = [*(container.get("command") or image.entrypoint), *container.get("args", [])]
-            argv = [files.host(a) for a in program]
-            if argv[0] == "olstream":
-                argv[0] = str(OLSTREAM_BIN)
-            cwd = files.path(container.get("workingDir") or image.workdir)
-            cwd.mkdir(parents=True, exist_ok=True)
-            Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-            port = _probe_port(container)
-            if port is not None and port in used_ports:  # a second replica of this pod on this host
-                port = free_port()
-                env["OLSTREAM_METRICS_PORT"] = str(port)
-            if port is not None:
-                used_ports.add(port)
-            out.append(PodProcess(pod, workload, container, argv, env, cwd, root / f"{pod}.log", port,
-                                  mounts=dict(files.mounts)))  # fmt: skip
+            out.append(_process(pod, workload, workload["spec"]["template"]["spec"], claims, configmaps,
+                                secrets, root, image, used_ports))  # fmt: skip
     return out
+
+
+def hook_pod_processes(
+    objects: list[dict[str, Any]], secrets: Secrets, root: Path, image: Image | None = None
+) -> list[PodProcess]:
+    """Every rendered Pod (the `helm test` hooks) as a process to start (not started)."""
+    image = image or image_of_dockerfile()
+    configmaps = _configmaps(objects)
+    return [
+        _process(o["metadata"]["name"], o, o["spec"], set(), configmaps, secrets, root, image, set())
+        for o in objects
+        if o["kind"] == "Pod"
+    ]
+
+
+def _configmaps(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    return {o["metadata"]["name"]: o.get("data", {}) for o in objects if o["kind"] == "ConfigMap"}
+
+
+def _process(
+    pod: str,
+    workload: dict[str, Any],
+    template: dict[str, Any],
+    claims: set[str],
+    configmaps: dict[str, dict[str, str]],
+    secrets: Secrets,
+    root: Path,
+    image: Image,
+    used_ports: set[int],
+) -> PodProcess:
+    """One pod's one container as a process (a replica of a workload, or a bare Pod)."""
+    (container,) = template["containers"]
+    pod_dir = root / pod
+    files = PodFiles(pod_dir, image)
+    volumes = {v["name"]: v for v in template.get("volumes", [])}
+    written: list[tuple[Path, str]] = []
+    for mount in container.get("volumeMounts", []):
+        vname = mount["name"]
+        host = pod_dir / "volumes" / vname
+        host.mkdir(parents=True, exist_ok=True)
+        if vname in claims:
+            pass  # the replica's own claim
+        else:
+            assert vname in volumes, f"{pod}: mount of an undeclared volume {vname}"
+            volume = volumes[vname]
+            if "configMap" in volume or "secret" in volume:
+                for key, text in _data_of(volume, configmaps, secrets).items():
+                    written.append((host / key, text))
+            else:
+                assert "emptyDir" in volume, f"{pod}: volume {vname} of a kind this test cannot map"
+        files.mounts[mount["mountPath"]] = host / mount.get("subPath", "")
+    for path, text in written:  # after every mount is known: the files name each other
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files.host(text))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLSTREAM_", "OPENLINEAGE"))}
+    env.update({"PYTHONPATH": str(REPO), "HOME": str(files.path("/var/lib/olstream"))})
+    env.update(image.env)
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = files.host(str(var["value"]))
+            continue
+        ref = var["valueFrom"]
+        if "secretKeyRef" in ref:
+            s = ref["secretKeyRef"]
+            assert s["key"] in secrets.get(s["name"], {}), (
+                f"{pod}: {var['name']} from Secret {s['name']}/{s['key']}: none"
+            )
+            env[var["name"]] = secrets[s["name"]][s["key"]]
+        elif "configMapKeyRef" in ref:
+            c = ref["configMapKeyRef"]
+            env[var["name"]] = files.host(configmaps[c["name"]][c["key"]])
+        else:
+            field_path = ref["fieldRef"]["fieldPath"]
+            env[var["name"]] = {"metadata.name": pod, "metadata.namespace": "lineage"}[field_path]
+    program = [*(container.get("command") or image.entrypoint), *container.get("args", [])]
+    argv = [files.host(a) for a in program]
+    if argv[0] == "olstream":
+        argv[0] = str(OLSTREAM_BIN)
+    cwd = files.path(container.get("workingDir") or image.workdir)
+    cwd.mkdir(parents=True, exist_ok=True)
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    port = _probe_port(container)
+    if port is not None and port in used_ports:  # a second replica of this pod on this host
+        port = free_port()
+        env["OLSTREAM_METRICS_PORT"] = str(port)
+    if port is not None:
+        used_ports.add(port)
+    return PodProcess(pod, workload, container, argv, env, cwd, root / f"{pod}.log", port,
+                      mounts=dict(files.mounts))  # fmt: skip
 
 
 def free_port() -> int:

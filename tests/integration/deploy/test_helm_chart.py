@@ -2,7 +2,11 @@
 the chart's ci/ folder, every rendered object validated offline against the Kubernetes API schemas
 of KUBE_VERSION (kubernetes-validate), and the Strimzi and Prometheus Operator objects against the
 schemas in schemas/ (written from those projects' API references: their CRDs are not reachable
-here). What the rendered pods do when they run is tests/integration/deploy/test_helm_pods.py."""
+here; Strimzi's v1 API is its v1beta2 without the deprecated fields, which the chart does not use,
+so the v1 objects are validated against the v1beta2 schemas with their apiVersion). The schema of
+the values (values.schema.json), the ServiceAccount, the pods' scheduling settings, the `helm test`
+pod and NOTES.txt are checked here too. What the rendered pods do when they run is
+tests/integration/deploy/test_helm_pods.py."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import yaml
 
 from olstream.connectors.sink.settings import SINK_SETTINGS
 from olstream.connectors.source.settings import SOURCE_SETTINGS
+from olstream.operations.settings import EXPLAIN
 from olstream.shared.config import SHARED
 from olstream.streams.settings import WORKER_SETTINGS
 from tests.support.helm_chart import (
@@ -28,17 +33,21 @@ from tests.support.helm_chart import (
     VALUES,
     by_kind,
     config_file,
+    env_of,
     helm,
+    notes,
     one,
+    overlay,
+    pod_specs,
     render,
     workloads,
 )
 from tests.support.stream_support import REPO
 
 SCHEMAS = Path(__file__).parent / "schemas"
+STRIMZI_VERSIONS = ("v1", "v1beta2")
 CUSTOM_KINDS = {
-    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
-    ("kafka.strimzi.io/v1beta2", "KafkaUser"),
+    *((f"kafka.strimzi.io/{v}", kind) for v in STRIMZI_VERSIONS for kind in ("KafkaTopic", "KafkaUser")),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
@@ -46,7 +55,12 @@ SECTION_KEYS = {
     "source": {s.key for s in SOURCE_SETTINGS},
     "worker": {s.key for s in WORKER_SETTINGS},
     "sink": {s.key for s in SINK_SETTINGS},
+    "explain": {s.key for s in EXPLAIN},
 }
+KAFKA_CLIENT_KEYS = (
+    "kafka_config", "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
+    "kafka_ssl_ca", "kafka_ssl_cert", "kafka_ssl_key", "kafka_ssl_endpoint_identification",
+)  # fmt: skip
 RULES = REPO / "deploy" / "prometheus" / "olstream-rules.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "olstream-dashboard.json"
 
@@ -68,9 +82,12 @@ def test_helm_lint_passes_strict(values: Path) -> None:
 
 
 def _custom_schema(obj: dict[str, Any]) -> dict[str, Any]:
-    group = obj["apiVersion"].replace("/", "-")
-    loaded = json.loads((SCHEMAS / f"{obj['kind'].lower()}-{group}.json").read_text())
+    api = obj["apiVersion"]
+    # kafka.strimzi.io/v1: the v1beta2 schema with its apiVersion (see the module's docstring)
+    written = "kafka.strimzi.io/v1beta2" if api == "kafka.strimzi.io/v1" else api
+    loaded = json.loads((SCHEMAS / f"{obj['kind'].lower()}-{written.replace('/', '-')}.json").read_text())
     assert isinstance(loaded, dict)
+    loaded["properties"]["apiVersion"] = {"const": api}
     return loaded
 
 
@@ -195,12 +212,12 @@ def test_topics_cover_the_internal_ones_with_their_sizes() -> None:
 
 
 def test_the_prometheus_rule_and_the_dashboard_are_the_files_in_deploy() -> None:
-    """One source: the chart's files/ link to deploy/prometheus and deploy/grafana; helm reads the
-    linked files (and `helm package` stores their contents), never through `tpl`: the rules'
+    """One source: the chart's files/ are copies of deploy/prometheus and deploy/grafana
+    (tests/unit/deploy/test_chart_files.py); helm reads them never through `tpl`: the rules'
     {{ $labels.instance }} arrive as Prometheus wrote them."""
-    for link, target in (("olstream-rules.yml", RULES), ("olstream-dashboard.json", DASHBOARD)):
-        path = CHART / "files" / link
-        assert path.is_symlink() and path.resolve() == target.resolve()
+    for copy, source in (("olstream-rules.yml", RULES), ("olstream-dashboard.json", DASHBOARD)):
+        path = CHART / "files" / copy
+        assert not path.is_symlink() and path.read_bytes() == source.read_bytes()
     objects = render(VALUES_BY_ID["metrics"])
     (rule,) = by_kind(objects, "PrometheusRule")
     assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
@@ -230,7 +247,211 @@ def test_a_bad_value_is_refused_with_its_name() -> None:
                 check=False)  # fmt: skip
     assert done.returncode != 0 and "Bad_Name" in done.stderr
     done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, check=False)
-    assert done.returncode != 0 and "kafka.bootstrap is required" in done.stderr
+    assert done.returncode != 0 and "at '/kafka': missing property 'bootstrap'" in done.stderr
+
+
+def _template_error(*args: str) -> str:
+    done = helm("template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
+    assert done.returncode != 0, done.stdout[:2000]
+    return done.stderr
+
+
+def test_the_default_values_stop_on_the_schema_naming_what_is_missing() -> None:
+    """values.schema.json, before any template renders: the bootstrap (unless Strimzi) and the
+    source's event log are required; types and enums are checked."""
+    err = _template_error()
+    assert "values don't meet the specifications of the schema" in err
+    assert "at '/kafka': missing property 'bootstrap'" in err
+    assert "at '/source/logUrlSecret': missing property 'name'" in err
+    assert "at '/config/source': missing property 'log_url'" in err
+    plain = str(VALUES_BY_ID["plain"])
+    refusals = {
+        "kafka.authentication=plain": "/kafka/authentication",
+        "strimzi.apiVersion=v1alpha1": "/strimzi/apiVersion",
+        "tests.kafkaUser=admin": "/tests/kafkaUser",
+        "worker.replicas=two": "/worker/replicas",
+        "config.worker.data_dir=data": "/config/worker/data_dir",
+        "config.source.partitions=many": "/config/source/partitions",
+        "sink.receivers.marquez.transport.type=kafka": "/sink/receivers/marquez/transport/type",
+    }
+    for value, where in refusals.items():
+        assert f"at '{where}'" in _template_error("-f", plain, "--set", value), value
+    err = _template_error("-f", plain, "--set", "strimzi.enabled=true", "--set", "kafka.authentication=none")
+    assert "at '/kafka/authentication'" in err  # KafkaUsers need scram-sha-512 or tls
+    # what the schema cannot say is still refused by the templates, with the value's name
+    err = _template_error("-f", plain, "--set", "kafka.authentication=tls", "--set", "kafka.tls=false")
+    assert "kafka.authentication tls needs kafka.tls true" in err
+
+
+def test_a_service_account_without_its_token(tmp_path: Path) -> None:
+    objects = render(VALUES_BY_ID["plain"])
+    (account,) = by_kind(objects, "ServiceAccount")
+    assert account["metadata"]["name"] == f"{RELEASE}-olstream"
+    assert account["automountServiceAccountToken"] is False
+    specs = pod_specs(objects)
+    assert any(p["kind"] == "Pod" for p in objects)  # the helm test's pod is among them
+    for name, spec in specs:
+        assert spec["serviceAccountName"] == f"{RELEASE}-olstream", name
+        assert spec["automountServiceAccountToken"] is False, name
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}
+    named = overlay(
+        tmp_path, VALUES_BY_ID["plain"], {"serviceAccount": {"name": "lineage-sa", "annotations": role}}
+    )
+    objects = render(named)
+    (account,) = by_kind(objects, "ServiceAccount")
+    assert account["metadata"]["name"] == "lineage-sa" and account["metadata"]["annotations"] == role
+    assert {spec["serviceAccountName"] for _, spec in pod_specs(objects)} == {"lineage-sa"}
+    existing = overlay(tmp_path, VALUES_BY_ID["plain"], {"serviceAccount": {"create": False}})
+    objects = render(existing, {"serviceAccount.name": "ops"})
+    assert not by_kind(objects, "ServiceAccount")
+    assert {spec["serviceAccountName"] for _, spec in pod_specs(objects)} == {"ops"}
+    objects = render(existing)
+    assert {spec["serviceAccountName"] for _, spec in pod_specs(objects)} == {"default"}
+
+
+def test_each_component_takes_spread_priority_env_from_and_resources(tmp_path: Path) -> None:
+    zone = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
+    own = {**zone, "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"a": "b"}}}
+    more: dict[str, Any] = {}
+    for component in ("source", "worker", "sink"):
+        more[component] = {
+            "topologySpreadConstraints": [zone, own],
+            "priorityClassName": f"{component}-priority",
+            "envFrom": [{"secretRef": {"name": f"{component}-env"}}, {"configMapRef": {"name": "shared"}}],
+        }
+    values = overlay(tmp_path, VALUES_BY_ID["scram-strimzi"], more)
+    objects = render(values)
+    checked = set()
+    for workload in workloads(objects):
+        spec = workload["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        component = container["args"][0]
+        checked.add(component)
+        assert spec["priorityClassName"] == f"{component}-priority"
+        first, second = spec["topologySpreadConstraints"]
+        # without a labelSelector: the pods of this workload (a sink's receiver's own)
+        selector = workload["spec"]["selector"]["matchLabels"]
+        assert first == {**zone, "labelSelector": {"matchLabels": selector}}
+        assert second == own
+        assert container["envFrom"][0] == {"secretRef": {"name": f"{component}-env"}}
+        kubernetes_validate.validate(workload, KUBE_VERSION, strict=True)
+    assert checked == {"source", "worker", "sink"}
+
+
+def test_every_container_has_the_default_resources() -> None:
+    """values.yaml says where each figure comes from (docs/benchmarks.md, the pod test's RSS)."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    objects = render(VALUES_BY_ID["plain"])
+    for name, spec in pod_specs(objects):
+        (container,) = spec["containers"]
+        component = "tests" if container["args"][0] == "status" else container["args"][0]
+        resources = container["resources"]
+        assert resources == defaults[component]["resources"], name
+        assert set(resources["requests"]) == {"cpu", "memory"}, name
+        assert set(resources["limits"]) == {"memory"}, name  # no CPU limit: a throttled worker stalls
+    worker = defaults["worker"]["resources"]
+    assert worker["requests"]["memory"] == "512Mi"  # above the measured peak RSS, 448 MB (benchmarks.md)
+    assert worker["limits"]["memory"] == "1Gi"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids(VALUES))
+def test_every_pod_carries_its_components_kafka_client_settings(values: Path) -> None:
+    """OLSTREAM_BOOTSTRAP and OLSTREAM_KAFKA_* of each pod are its section's connection: an `olstream`
+    command exec'd there (status, errors, explain: the file gives them none) connects as the pod's
+    component; the helm test's pod as tests.kafkaUser's."""
+    objects = render(values)
+    doc = config_file(objects)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name, spec in pod_specs(objects):
+        (container,) = spec["containers"]
+        command = container["args"][0]
+        section = doc[defaults["tests"]["kafkaUser"] if command == "status" else command]
+        env = env_of(container)
+        assert env["OLSTREAM_BOOTSTRAP"] == section.get("bootstrap", doc["bootstrap"]), name
+        expected = {f"OLSTREAM_{k.upper()}": str(section[k]) for k in KAFKA_CLIENT_KEYS if k in section}
+        shown = {k: v for k, v in env.items() if k.startswith("OLSTREAM_KAFKA_")}
+        assert shown == expected, name
+        if section.get("kafka_sasl_mechanism"):
+            assert any(v["name"] == "OLSTREAM_KAFKA_SASL_PASSWORD" for v in container["env"]), name
+
+
+def test_the_app_id_is_the_clis_default_unless_set() -> None:
+    cli_default = next(s.default for s in WORKER_SETTINGS if s.key == "app_id")
+    assert cli_default == next(s.default for s in EXPLAIN if s.key == "app_id")
+    doc = config_file(render(VALUES_BY_ID["plain"]))
+    assert doc["worker"]["app_id"] == doc["explain"]["app_id"] == cli_default
+    assert "app_id" not in yaml.safe_load((CHART / "values.yaml").read_text())["config"]["worker"]
+    explicit = config_file(render(VALUES_BY_ID["scram-strimzi"]))  # sets app_id: olstream-worker
+    assert explicit["worker"]["app_id"] == explicit["explain"]["app_id"] == "olstream-worker"
+
+
+def test_explain_finds_the_releases_topics_and_a_receivers_dlq() -> None:
+    objects = render(VALUES_BY_ID["scram-strimzi"])  # receivers audit and marquez
+    doc = config_file(objects)
+    topics = {t["spec"]["topicName"] for t in by_kind(objects, "KafkaTopic")}
+    assert doc["explain"] == {
+        "records_topic": doc["worker"]["input_topic"],
+        "events_topic": doc["sink"]["topic"],
+        "app_id": doc["worker"]["app_id"],
+        "dlq_topic": "openlineage.events.dlq.audit",  # the first receiver's: --dlq-topic for another
+    }
+    assert doc["explain"]["dlq_topic"] in topics
+    own = config_file(render(VALUES_BY_ID["plain"], {"config.explain.dlq_topic": "mine"}))
+    assert own["explain"]["dlq_topic"] == "mine"  # config.explain wins
+
+
+@pytest.mark.parametrize("version", STRIMZI_VERSIONS)
+def test_strimzi_resources_take_the_api_version(version: str) -> None:
+    objects = render(VALUES_BY_ID["scram-strimzi"], {"strimzi.apiVersion": version})
+    strimzi = [o for o in objects if o["apiVersion"].startswith("kafka.strimzi.io/")]
+    assert {o["kind"] for o in strimzi} == {"KafkaTopic", "KafkaUser"}
+    for obj in strimzi:
+        assert obj["apiVersion"] == f"kafka.strimzi.io/{version}"
+        jsonschema.validate(obj, _custom_schema(obj))
+    default = render(VALUES_BY_ID["scram-strimzi"])
+    assert {o["apiVersion"] for o in by_kind(default, "KafkaUser")} == {"kafka.strimzi.io/v1"}
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids(VALUES))
+def test_the_helm_test_pod_runs_status_on_the_releases_topics(values: Path, tmp_path: Path) -> None:
+    objects = render(values)
+    (pod,) = by_kind(objects, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    args = container["args"]
+    assert args[:3] == ["status", "--timeout", "30"]
+    topics = args[4::2]
+    assert all(flag == "--topic" for flag in args[3::2])
+    rendered = {t["spec"]["topicName"] for t in by_kind(objects, "KafkaTopic")}
+    doc = config_file(objects)
+    assert doc["worker"]["output_topic" if "output_topic" in doc["worker"] else "input_topic"] in topics
+    assert doc["explain"]["dlq_topic"] in topics
+    if rendered:
+        assert set(topics) <= rendered
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/etc/olstream/config" in mounts and "/tmp" in mounts
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert not by_kind(render(overlay(tmp_path, values, {"tests": {"enabled": False}})), "Pod")
+
+
+def test_the_notes_say_what_was_installed_and_how_to_see_lag_and_errors() -> None:
+    text = notes(VALUES_BY_ID["scram-strimzi"])
+    objects = render(VALUES_BY_ID["scram-strimzi"])
+    for workload in workloads(objects):
+        assert workload["metadata"]["name"] in text
+    assert f"helm test {RELEASE} -n lineage --logs" in text
+    (pod,) = by_kind(objects, "Pod")
+    topics = " ".join(f"--topic {t}" for t in pod["spec"]["containers"][0]["args"][4::2])
+    assert f"exec {RELEASE}-olstream-worker-0 -- olstream status {topics}" in text
+    for receiver in ("audit", "marquez"):
+        assert (f"exec deploy/{RELEASE}-olstream-sink-{receiver} -- olstream errors list "
+                f"--topic openlineage.events.dlq.{receiver}") in text  # fmt: skip
+    assert f"exec {RELEASE}-olstream-worker-0 -- olstream errors list --topic olstream.stream.errors" in text
+    assert "olstream explain RUN_ID" in text and "kafka.strimzi.io/v1" in text
+    assert "<no value>" not in text and "%!" not in text
+    plain = notes(VALUES_BY_ID["plain"])
+    assert "PLAINTEXT" in plain and "Strimzi" not in plain
 
 
 VALUES_BY_ID = dict(zip(ids(VALUES), VALUES, strict=True))

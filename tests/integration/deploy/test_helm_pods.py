@@ -14,6 +14,11 @@ receiver. A wrong flag, variable, port, path or key in the chart fails here: the
   authorizer, so the ACLs themselves are not enforced here.
 - mtls and metrics values: every pod resolves its settings (`--print-config`, exit 0); the local
   cluster has no mutual-TLS listener, so the mTLS pods are not run against Kafka.
+- the `helm test` pod (`olstream status` on the release's topics) passes against the session's
+  broker (plain values) and the SASL_SSL cluster (scram-strimzi values, as the worker's KafkaUser),
+  and fails with exit KAFKA_REFUSED on a wrong password; in every pod of every values file,
+  `olstream status`, `errors list` and `explain` resolve the pod's component's Kafka connection,
+  and explain the release's topics.
 """
 
 from __future__ import annotations
@@ -38,10 +43,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from olstream.connectors.source.settings import resolve_source_settings
+from olstream.shared.errors import ExitCode
 from olstream.shared.kafka_settings import read_properties
 from olstream.streams.runtime.worker_identity import transactional_id
 from tests.support.helm_chart import VALUES, by_kind, config_file, render
-from tests.support.helm_pods import PodProcess, Secrets, free_port, pod_processes, wait_healthy
+from tests.support.helm_pods import (
+    PodProcess,
+    Secrets,
+    free_port,
+    hook_pod_processes,
+    pod_processes,
+    wait_healthy,
+)
 from tests.support.pipeline_support import GrowingLog, LocalCluster, local_cluster, missing_events
 from tests.support.receiver import Receiver
 from tests.support.stream_support import tail
@@ -240,34 +253,111 @@ def test_the_scram_strimzi_values_pods_deliver_to_both_receivers(
     assert _covered(acls["worker"], "transactionalId", tid, "Write"), tid
 
 
+STUB = {
+    "ca.crt": "-",
+    "user.crt": "-",
+    "user.key": "-",
+    "password": "p",
+    "api-key": "k",
+    "url": "sqlite:///x.db",
+}
+
+
+def _stub_secrets(objects: list[dict[str, Any]]) -> Secrets:
+    """Every Secret a rendered pod names (volumes, variables), each with every key a stub."""
+    needed: Secrets = {}
+    for obj in objects:
+        if obj["kind"] not in ("Deployment", "StatefulSet", "Pod"):
+            continue
+        spec = obj["spec"]["template"]["spec"] if obj["kind"] != "Pod" else obj["spec"]
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                needed[volume["secret"]["secretName"]] = STUB
+        for var in spec["containers"][0].get("env", []):
+            ref = var.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                needed[ref["name"]] = STUB
+    return needed
+
+
 @pytest.mark.parametrize("values", sorted(VALUES_BY_ID), ids=sorted(VALUES_BY_ID))
 def test_every_pod_resolves_its_settings(values: str, tmp_path: Path) -> None:
     """`--print-config` of each rendered container: the file and the variables name only settings
     of valid values; with mTLS the certificate paths are those the Secrets are mounted at."""
     objects = render(VALUES_BY_ID[values], {"kafka.bootstrap": "kafka.example:9093"})
-    stub = {
-        "ca.crt": "-",
-        "user.crt": "-",
-        "user.key": "-",
-        "password": "p",
-        "api-key": "k",
-        "url": "sqlite:///x.db",
-    }
-    needed: Secrets = {}
-    for workload in objects:
-        if workload["kind"] not in ("Deployment", "StatefulSet"):
-            continue
-        spec = workload["spec"]["template"]["spec"]
-        for volume in spec.get("volumes", []):
-            if "secret" in volume:
-                needed[volume["secret"]["secretName"]] = stub
-        for var in spec["containers"][0].get("env", []):
-            ref = var.get("valueFrom", {}).get("secretKeyRef")
-            if ref:
-                needed[ref["name"]] = stub
+    needed = _stub_secrets(objects)
     for p in pod_processes(objects, needed, tmp_path / "pods"):
         done = subprocess.run([*p.argv, "--print-config"], env=p.env, cwd=p.cwd, capture_output=True,
                               text=True, timeout=60)  # fmt: skip
         assert done.returncode == 0, f"{p.pod}: exit {done.returncode}\n{done.stderr[-2000:]}"
         printed = json.loads(done.stdout)
         assert printed, p.pod
+
+
+@pytest.mark.parametrize("values", sorted(VALUES_BY_ID), ids=sorted(VALUES_BY_ID))
+def test_operations_commands_execd_in_a_pod_connect_as_its_component(values: str, tmp_path: Path) -> None:
+    """What `kubectl exec POD -- olstream status|errors list|explain` resolves in each pod (and the
+    helm test's): its component's bootstrap, security protocol, SASL user and CA, and for explain
+    the release's topics, app id and a receiver's DLQ."""
+    objects = render(VALUES_BY_ID[values], {"kafka.bootstrap": "kafka.example:9093"})
+    doc = config_file(objects)
+    secrets = _stub_secrets(objects)
+    pods = pod_processes(objects, secrets, tmp_path / "pods") + hook_pod_processes(
+        objects, secrets, tmp_path / "hook"
+    )
+    assert any(p.workload["kind"] == "Pod" for p in pods)
+    for p in pods:
+        component = p.container["args"][0]
+        section = doc["worker" if component == "status" else component]
+        for command in (["status"], ["errors", "list"], ["explain", "some-run"]):
+            done = subprocess.run([p.argv[0], *command, "--print-config"], env=p.env, cwd=p.cwd,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, f"{p.pod} {command}: exit {done.returncode}\n{done.stderr[-2000:]}"
+            printed = json.loads(done.stdout)
+            assert printed["bootstrap"] == "kafka.example:9093", (p.pod, command)
+            for key in ("kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username"):
+                assert printed[key] == section.get(key), (p.pod, command, key)
+            if section.get("kafka_ssl_ca"):  # the CA the pod mounts, as a path of this test
+                assert printed["kafka_ssl_ca"] in {str(m / "ca.crt") for m in p.mounts.values()}
+            if section.get("kafka_sasl_mechanism"):
+                assert printed["kafka_sasl_password"] == "***", (p.pod, command)
+            if command[0] == "explain":
+                for key in ("records_topic", "events_topic", "app_id", "dlq_topic"):
+                    assert printed[key] == doc["explain"][key], (p.pod, key)
+                assert printed["dlq_topic"].startswith(f"{doc['sink']['dlq_topic']}.")
+
+
+def _run_hook(p: PodProcess) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(p.argv, env=p.env, cwd=p.cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_the_helm_test_pod_passes_against_the_plain_broker(kafka_bootstrap: str, tmp_path: Path) -> None:
+    uid = f"helm-{uuid.uuid4().hex[:8]}"
+    objects = render(VALUES_BY_ID["plain"], {**names(uid), "kafka.bootstrap": kafka_bootstrap})
+    (p,) = hook_pod_processes(objects, {}, tmp_path / "pods")
+    assert p.argv[1] == "status"
+    done = _run_hook(p)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert f"{uid}.events" in done.stdout  # the release's topics, not the defaults
+
+
+def test_the_helm_test_pod_logs_in_as_the_workers_kafka_user(secured: LocalCluster, tmp_path: Path) -> None:
+    uid = f"helm-{uuid.uuid4().hex[:8]}"
+    admin = _admin(secured)
+    assert secured.state.client_properties is not None
+    ca = Path(read_properties(str(secured.state.client_properties))["ssl.ca.location"]).read_text()
+    objects = render(VALUES_BY_ID["scram-strimzi"], {**names(uid), "kafka.bootstrap": secured.bootstrap})
+    user = "lineage-olstream-worker"
+    assert user in {u["metadata"]["name"] for u in by_kind(objects, "KafkaUser")}
+    password = token.token_urlsafe(12)
+    _create_scram_user(admin, user, password)
+    ca_secret = {"lineage-kafka-cluster-ca-cert": {"ca.crt": ca}}
+    (p,) = hook_pod_processes(objects, {**ca_secret, user: {"password": password}}, tmp_path / "pods")
+    assert p.env["OLSTREAM_KAFKA_SASL_USERNAME"] == user
+    done = _run_hook(p)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert f"{uid}.events" in done.stdout
+    assert password not in done.stdout + done.stderr
+    (wrong,) = hook_pod_processes(objects, {**ca_secret, user: {"password": "wrong"}}, tmp_path / "wrong")
+    done = _run_hook(wrong)
+    assert done.returncode == ExitCode.KAFKA_REFUSED, f"exit {done.returncode}\n{done.stderr[-2000:]}"

@@ -50,6 +50,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- $s := include "olstream.section" (dict "root" . "section" "source") | fromYaml -}}
 {{- $s.errors_topic | default (printf "%s.errors" (include "olstream.sourceTopic" .)) -}}
 {{- end -}}
+{{/* The worker's app id: config.worker.app_id, else the CLI's default (olstream/streams/settings.py,
+`olstream worker --app-id`), which the chart renders into the worker's and explain's sections. */}}
 {{- define "olstream.appId" -}}
 {{- $s := include "olstream.section" (dict "root" . "section" "worker") | fromYaml -}}
 {{- $s.app_id | default "olstream-stream" -}}
@@ -171,20 +173,98 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $out -}}
 {{- end -}}
 
+{{/* A component's section of olstream.yml: the chart's derived keys and its Kafka settings, with
+the section of config over them (config wins): (dict "root" $ "component" "worker") */}}
+{{- define "olstream.componentSection" -}}
+{{- $root := .root -}}
+{{- $derived := dict -}}
+{{- if eq .component "worker" -}}
+{{- $derived = dict "input_topic" (include "olstream.inputTopic" $root) "app_id" (include "olstream.appId" $root) -}}
+{{- else if eq .component "sink" -}}
+{{- $derived = dict "topic" (include "olstream.sinkTopic" $root) -}}
+{{- end -}}
+{{- $kafka := include "olstream.kafkaSettings" . | fromYaml -}}
+{{- $own := deepCopy (get ($root.Values.config | default dict) .component | default dict) -}}
+{{- toYaml (mergeOverwrite (merge $derived $kafka) $own) -}}
+{{- end -}}
+
+{{/* The receivers' dead-letter topics, sorted by receiver: <dlq_topic>.<receiver> (olstream sink
+--transport NAME adds the suffix). */}}
+{{- define "olstream.dlqTopics" -}}
+{{- $out := list -}}
+{{- range $name := keys .Values.sink.receivers | sortAlpha -}}
+{{- $out = append $out (printf "%s.%s" (include "olstream.dlqTopic" $) $name) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* The error topics of the release, source to sink: what `olstream errors list --topic` is given. */}}
+{{- define "olstream.errorTopics" -}}
+{{- $out := list -}}
+{{- if .Values.source.enabled -}}
+{{- $out = append $out (include "olstream.sourceErrorsTopic" .) -}}
+{{- end -}}
+{{- $out = append $out (include "olstream.workerErrorsTopic" .) -}}
+{{- $out = concat $out (include "olstream.dlqTopics" . | fromYamlArray) -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* The topics of the release, source to sink: what `olstream status --topic` is given. */}}
+{{- define "olstream.statusTopics" -}}
+{{- $out := list -}}
+{{- if .Values.source.enabled -}}
+{{- $out = append $out (include "olstream.sourceTopic" .) -}}
+{{- end -}}
+{{- $out = append $out (include "olstream.inputTopic" .) -}}
+{{- $out = concat $out (list (include "olstream.outputTopic" .) (include "olstream.sinkTopic" .)) -}}
+{{- $out = concat $out (include "olstream.errorTopics" . | fromYamlArray) -}}
+{{- toYaml (uniq $out) -}}
+{{- end -}}
+
+{{/* The section `explain:` (olstream explain reads it, olstream/operations/settings.py): the
+release's topic names and app id; the first receiver's DLQ (--dlq-topic for another). */}}
+{{- define "olstream.explainSection" -}}
+{{- $wrk := include "olstream.componentSection" (dict "root" . "component" "worker") | fromYaml -}}
+{{- $out := dict "records_topic" (include "olstream.inputTopic" .) "events_topic" (include "olstream.sinkTopic" .) "app_id" (include "olstream.appId" .) -}}
+{{- with include "olstream.dlqTopics" . | fromYamlArray -}}
+{{- $_ := set $out "dlq_topic" (first .) -}}
+{{- end -}}
+{{- /* the worker's registry: explain decodes confluent-framed records with it */ -}}
+{{- range $key := list "schema_registry" "schema_registry_logical_cluster" "schema_registry_ca" "schema_registry_certificate" "schema_registry_key" -}}
+{{- if hasKey $wrk $key -}}
+{{- $_ := set $out $key (get $wrk $key) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
 {{/* olstream.yml: config with the chart's additions under each section (config wins). */}}
 {{- define "olstream.configFile" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $_ := set $cfg "bootstrap" ($cfg.bootstrap | default (include "olstream.bootstrap" .)) -}}
-{{- $derived := dict
-    "source" (dict)
-    "worker" (dict "input_topic" (include "olstream.inputTopic" .))
-    "sink" (dict "topic" (include "olstream.sinkTopic" .)) -}}
 {{- range $component := list "source" "worker" "sink" -}}
-{{- $kafka := include "olstream.kafkaSettings" (dict "root" $ "component" $component) | fromYaml -}}
-{{- $section := mergeOverwrite (merge (get $derived $component) $kafka) (get $cfg $component | default dict) -}}
-{{- $_ := set $cfg $component $section -}}
+{{- $_ := set $cfg $component (include "olstream.componentSection" (dict "root" $ "component" $component) | fromYaml) -}}
 {{- end -}}
+{{- $explain := include "olstream.explainSection" . | fromYaml -}}
+{{- $_ := set $cfg "explain" (mergeOverwrite $explain (deepCopy ($cfg.explain | default dict))) -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The Kafka client settings of a component's section as environment variables, so that every
+`olstream` command exec'd in its pod (status, errors, explain, replay: their file sections do not
+hold them, and `errors` has none) connects and logs in as the component does; the variables hold
+the values of the file, which the component itself reads: (dict "root" $ "component" "worker") */}}
+{{- define "olstream.kafkaEnv" -}}
+{{- $root := .root -}}
+{{- $s := include "olstream.componentSection" (dict "root" $root "component" .component) | fromYaml -}}
+- name: OLSTREAM_BOOTSTRAP
+  value: {{ $s.bootstrap | default (($root.Values.config | default dict).bootstrap) | default (include "olstream.bootstrap" $root) | quote }}
+{{- range $key := list "kafka_config" "kafka_security_protocol" "kafka_sasl_mechanism" "kafka_sasl_username" "kafka_ssl_ca" "kafka_ssl_cert" "kafka_ssl_key" "kafka_ssl_endpoint_identification" }}
+{{- if hasKey $s $key }}
+- name: OLSTREAM_{{ upper $key }}
+  value: {{ get $s $key | toString | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The volumes and mounts of the Kafka credentials and the config: (dict "root" $ "component" "worker") */}}
@@ -236,6 +316,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "olstream.commonEnv" -}}
 - name: OLSTREAM_CONFIG
   value: {{ include "olstream.configDir" .root }}/olstream.yml
+{{ include "olstream.kafkaEnv" . }}
 {{- if eq (include "olstream.authentication" .root) "scram-sha-512" }}
 - name: OLSTREAM_KAFKA_SASL_PASSWORD
   valueFrom:
@@ -265,8 +346,33 @@ readinessProbe:
 {{- end }}
 {{- end -}}
 
-{{/* Pod-level settings of a component: (dict "root" $ "values" .Values.worker) */}}
+{{- define "olstream.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "olstream.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level settings of a component: (dict "root" $ "values" .Values.worker "component" "worker");
+a topology spread constraint without a labelSelector gets the component's pods. */}}
 {{- define "olstream.podSettings" -}}
+{{- $selector := include "olstream.selectorLabels" (dict "root" .root "component" .component) | fromYaml -}}
+serviceAccountName: {{ include "olstream.serviceAccountName" .root }}
+automountServiceAccountToken: {{ .root.Values.serviceAccount.automountToken }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not $c.labelSelector }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+  - {{- toYaml $c | nindent 4 }}
+{{- end }}
+{{- end }}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -369,9 +475,9 @@ the KafkaTopics, and the topic ACLs name the same ones. */}}
 {{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (printf "%s-runs-changelog" $appId) "patternType" "literal") "operations" $changelog) -}}
 {{- /* faust's leader topic: faust declares it at every start (CreateTopics unless its metadata shows it) */ -}}
 {{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (printf "%s-__assignor-__leader" $appId) "patternType" "literal") "operations" (list "Read" "Write" "Describe" "DescribeConfigs" "Create")) -}}
-{{- range $t := list (include "olstream.outputTopic" $root) (include "olstream.workerErrorsTopic" $root) -}}
-{{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" $t "patternType" "literal") "operations" $write) -}}
-{{- end -}}
+{{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (include "olstream.outputTopic" $root) "patternType" "literal") "operations" $write) -}}
+{{- /* Read: `olstream errors list|show` exec'd in a worker's pod reads its errors topic */ -}}
+{{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (include "olstream.workerErrorsTopic" $root) "patternType" "literal") "operations" (prepend $write "Read")) -}}
 {{- /* the group {app_id}, and the assigned-only readers {app_id}.restore and {app_id}.directory */ -}}
 {{- $acls = append $acls (dict "resource" (dict "type" "group" "name" $appId "patternType" "prefix") "operations" (list "Read" "Describe")) -}}
 {{- if ne ($wrk.processing_guarantee | default "exactly_once") "at_least_once" -}}
@@ -380,7 +486,8 @@ the KafkaTopics, and the topic ACLs name the same ones. */}}
 {{- end -}}
 {{- else -}}
 {{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (include "olstream.sinkTopic" $root) "patternType" "literal") "operations" (list "Read" "Describe")) -}}
-{{- $dlqOps := list "Write" "Describe" "DescribeConfigs" -}}
+{{- /* Read: `olstream errors list|show` exec'd in a sink's pod reads its DLQ */ -}}
+{{- $dlqOps := list "Read" "Write" "Describe" "DescribeConfigs" -}}
 {{- if $create }}{{ $dlqOps = append $dlqOps "Create" }}{{ end -}}
 {{- range $name, $r := $root.Values.sink.receivers -}}
 {{- $acls = append $acls (dict "resource" (dict "type" "topic" "name" (printf "%s.%s" (include "olstream.dlqTopic" $root) $name) "patternType" "literal") "operations" $dlqOps) -}}
