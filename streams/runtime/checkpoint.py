@@ -58,7 +58,8 @@ from olstream.streams.runtime.member_gate import Commit, Membership
 from olstream.streams.runtime.metrics import BATCH_SECONDS, RETAINED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
-from olstream.streams.runtime.transactions import Fenced, WorkerTransactions
+from olstream.streams.runtime.transaction_errors import Fenced
+from olstream.streams.runtime.transactions import WorkerTransactions
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import os
 from typing import NoReturn
 
 from olstream.shared.errors import DeliveryError, ExitCode
-from olstream.streams.runtime.transactions import Fenced
+from olstream.streams.runtime.transaction_errors import Fenced
 
 log = logging.getLogger(__name__)
 

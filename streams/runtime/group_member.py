@@ -24,7 +24,7 @@ import struct
 from collections.abc import Callable
 
 from olstream.shared.errors import ConfigError
-from olstream.streams.runtime.transactions import GenerationFenced
+from olstream.streams.runtime.transaction_errors import GenerationFenced
 
 MAGIC = b"CGMDv2:"
 NO_GENERATION = -1

@@ -44,7 +44,8 @@ from olstream.streams.runtime.exits import exit_on_failed_delivery
 from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.metrics import FENCES, MEMBERSHIP_REFUSED
 from olstream.streams.runtime.run_table import RunTable
-from olstream.streams.runtime.transactions import Fenced, GenerationFenced, WorkerTransactions
+from olstream.streams.runtime.transaction_errors import Fenced, GenerationFenced
+from olstream.streams.runtime.transactions import WorkerTransactions
 
 log = logging.getLogger(__name__)
 

@@ -58,6 +58,15 @@ from olstream.shared.kafka_clients import Kafka, producer_config
 from olstream.shared.produce import produce
 from olstream.streams.runtime.metrics import PRODUCERS_REPLACED
 from olstream.streams.runtime.sender import Headers
+from olstream.streams.runtime.transaction_errors import (
+    CallStuck,
+    GenerationFenced,
+    ProducerFenced,
+    TransactionFailed,
+    fenced,
+    generation_refused,
+    kafka_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,49 +80,6 @@ RETRY_PAUSE_SECONDS = 0.5  # between calls of a transaction step that librdkafka
 
 # topic, key, value, headers, partition, on_delivery: one produce of the open transaction
 Produced = tuple[str, bytes | None, bytes | None, Headers | None, int | None, Any]
-
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-_PRODUCER_FENCED = getattr(KafkaError, "PRODUCER_FENCED", None)
-if _PRODUCER_FENCED is not None:
-    _FENCED_CODES.add(_PRODUCER_FENCED)
-# the group moved on: this worker's generation or membership is not the group's any more
-_GENERATION_CODES = {
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError.FENCED_INSTANCE_ID,
-    KafkaError.REBALANCE_IN_PROGRESS,
-}
-
-
-class Fenced(DeliveryError):
-    """The batch's transaction can never commit: the batch is dropped, its records read again."""
-
-
-class ProducerFenced(Fenced):
-    """The producer's epoch is fenced: the broker aborted its transaction (open past the transaction
-    timeout), or another process initialised the worker's transactional id."""
-
-
-class GenerationFenced(Fenced):
-    """The group refused this worker's offsets: it is not a member of the group's current generation
-    (the group dropped it; a rebalance gives it partitions again)."""
-
-
-class TransactionFailed(Fenced):
-    """A send found the open transaction failed (librdkafka refuses sends until it is aborted: a
-    transaction the broker timed out, a send the broker refused)."""
-
-
-class CallStuck(DeliveryError):
-    """A producer call still blocked well past its own timeout (librdkafka issues 5456, 5511)."""
-
-
-def _fenced(error: KafkaError) -> bool:
-    return bool(error.code() in _FENCED_CODES)
-
-
-def _generation_refused(error: KafkaError) -> bool:
-    return bool(error.code() in _GENERATION_CODES)
 
 
 class WorkerTransactions:
@@ -238,14 +204,14 @@ class WorkerTransactions:
         try:
             produce(producer, *item)
         except (KafkaException, SystemError) as e:  # fenced, the transaction failed, or unusable
-            if isinstance(e, SystemError) and _kafka_error(e) is None:
+            if isinstance(e, SystemError) and kafka_error(e) is None:
                 raise
             self._raise_for_send("send", e)
 
     def _raise_for_send(self, what: str, e: Exception) -> NoReturn:
         """A send's failure: `TransactionFailed` when librdkafka refuses it until the transaction is
         aborted (its state is erroneous, or the error asks for the abort), else as `_raise` says."""
-        error = _kafka_error(e)
+        error = kafka_error(e)
         if (
             error is not None
             and not error.fatal()
@@ -310,14 +276,14 @@ class WorkerTransactions:
                 )
                 self._replace_stuck()
             except SystemError as e:  # a delivery callback ran while flush()'s exception was pending
-                if _kafka_error(e) is None:
+                if kafka_error(e) is None:
                     raise
                 self._raise("commit the transaction", e)
             except KafkaException as e:
                 error = e.args[0]
-                if _generation_refused(error):
+                if generation_refused(error):
                     self._raise("send the input offsets", e)
-                if _fenced(error) or not error.txn_requires_abort() or attempt == ATTEMPTS:
+                if fenced(error) or not error.txn_requires_abort() or attempt == ATTEMPTS:
                     self._raise("commit the transaction", e)
                 log.warning(
                     "the transaction failed (%s): aborting it and sending its %d messages again "
@@ -354,7 +320,7 @@ class WorkerTransactions:
                 call()
                 return
             except KafkaException as e:
-                error = _kafka_error(e)
+                error = kafka_error(e)
                 if error is None or not error.retriable() or error.txn_requires_abort() or error.fatal():
                     raise
                 if time.monotonic() >= deadline:
@@ -432,7 +398,7 @@ class WorkerTransactions:
 
     def _raise(self, what: str, e: Exception) -> NoReturn:
         """Raise GenerationFenced, ProducerFenced or DeliveryError for a failed call of the producer."""
-        error = _kafka_error(e)
+        error = kafka_error(e)
         if error is not None and error.code() == KafkaError._FATAL and self.fatal is None:
             try:  # the fatal error itself waits as an event: a poll raises it
                 if self.producer is not None:
@@ -443,25 +409,15 @@ class WorkerTransactions:
             self.fatal = error
         if self.fatal is not None and (error is None or error.code() == KafkaError._FATAL):
             error = self.fatal  # the cause: a producer in a fatal state answers only _FATAL
-        if error is not None and _generation_refused(error):
+        if error is not None and generation_refused(error):
             raise GenerationFenced(
                 f"the group refused this worker's input offsets (it is no member of the group's "
                 f"current generation: the group dropped it): cannot {what}: {error}"
             ) from e
-        if error is not None and _fenced(error):
+        if error is not None and fenced(error):
             raise ProducerFenced(
                 f"transactional id {self.transactional_id!r} is fenced (the broker aborted a "
                 f"transaction open past {self.transaction_timeout:.0f} s, or another process took "
                 f"the id): cannot {what}: {error}"
             ) from e
         raise DeliveryError(f"{self.transactional_id}: cannot {what}: {error or e}") from e
-
-
-def _kafka_error(e: BaseException | None) -> KafkaError | None:
-    """The KafkaError of a KafkaException, or of the one a SystemError was raised over (confluent-kafka
-    raises SystemError when a callback runs while a call's KafkaException is pending)."""
-    while e is not None:
-        if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
-            return e.args[0]
-        e = e.__cause__ or e.__context__
-    return None

@@ -22,7 +22,8 @@ from olstream.shared.kafka_admin import ensure_topic
 from olstream.streams.runtime import metrics, transactions
 from olstream.streams.runtime.group_member import GroupMember
 from olstream.streams.runtime.run_store import RunStore
-from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced, WorkerTransactions
+from olstream.streams.runtime.transaction_errors import GenerationFenced, ProducerFenced
+from olstream.streams.runtime.transactions import WorkerTransactions
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
 from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
-from olstream.streams.runtime.transactions import GenerationFenced, ProducerFenced, TransactionFailed
+from olstream.streams.runtime.transaction_errors import GenerationFenced, ProducerFenced, TransactionFailed
 from olstream.streams.settings import WorkerSettings
 from olstream.streams.state import RunState, state_key
 from olstream.streams.state_store import loads_state

@@ -9,7 +9,7 @@ from confluent_kafka import Consumer
 from olstream.shared.errors import ConfigError
 from olstream.streams.runtime import group_member
 from olstream.streams.runtime.group_member import GroupMember, check_metadata_format, metadata_bytes
-from olstream.streams.runtime.transactions import GenerationFenced
+from olstream.streams.runtime.transaction_errors import GenerationFenced
 
 
 def _never_subscribed(group: str) -> bytes:

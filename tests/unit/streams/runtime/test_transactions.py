@@ -10,12 +10,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from olstream.streams.runtime import transactions
-from olstream.streams.runtime.transactions import (
-    GenerationFenced,
-    ProducerFenced,
-    TransactionFailed,
-    WorkerTransactions,
-)
+from olstream.streams.runtime.transaction_errors import GenerationFenced, ProducerFenced, TransactionFailed
+from olstream.streams.runtime.transactions import WorkerTransactions
 
 
 def _transactions() -> WorkerTransactions:
