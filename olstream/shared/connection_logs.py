@@ -29,8 +29,11 @@ showed it back). An outage still open after `remind_seconds` is recalled by a WA
 `remind_seconds`. Everything else, librdkafka's own severity included, passes as it is.
 
 librdkafka's lines are queued and logged when its client is next polled, so a client that was busy
-in a call (a commit, a flush) logs the failures of the outage late, at once: after an outage seemed
-over they open it again (one more WARNING and INFO).
+in a call (a commit, a flush; a stuck producer closed once its call returned) logs the failures of
+the outage late, all at once. Lost lines within `RELAPSE_SECONDS` after the broker's outage ended
+therefore warn only if they still come `BURST_SECONDS` after the first of them (lost again); a
+burst that stops sooner is one INFO, "N connection errors of broker X came at once S s after it
+answered again: lines a client queued while it was away, folded".
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from dataclasses import dataclass
 QUIET_SECONDS = 30.0  # no lost line of a key for this long: its connection is back
 REMIND_SECONDS = 60.0  # an outage still open is recalled this often
 TICK_SECONDS = 1.0  # how often the watcher thread looks for outages that ended
+RELAPSE_SECONDS = 120.0  # lost lines this soon after an outage ended may be lines queued during it
+BURST_SECONDS = 1.0  # ... unless they still come this long after the first of them
 REASON_CHARS = 300  # the quoted first line of an outage, at most
 SUMMARY = "olstream_connection_summary"  # the attribute that marks this module's own records
 
@@ -168,6 +173,7 @@ class Outage:
     reminded: float
     folded: int = 0
     explained: int = 0
+    late: float | None = None  # opened this long after the broker's last outage ended: maybe queued lines
 
     @property
     def where(self) -> str:
@@ -214,6 +220,7 @@ class ConnectionLogFold(logging.Filter):
         self._lock = threading.Lock()
         self._outages: dict[tuple[str, str | None], Outage] = {}
         self._addresses: dict[str, str] = {}  # aiokafka's `node N` -> its address, once a line said both
+        self._ended: dict[tuple[str, str | None], float] = {}  # when each key's last outage ended
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, SUMMARY, False):
@@ -274,12 +281,20 @@ class ConnectionLogFold(logging.Filter):
         outage = self._open_outage(seen.library, broker, address)
         if outage is not None:
             outage.last = now
-            outage.folded += 1
-            return False
-        if record.levelno < logging.WARNING:
+            if outage.late is None or now - outage.first < BURST_SECONDS:
+                outage.folded += 1
+                return False
+            outage.late = None  # errors still coming a second later: lost again, not lines queued
+        elif record.levelno < logging.WARNING:
             return True  # librdkafka's "Disconnected" at INFO: a routine close unless an outage is open
-        outage = Outage(seen.library, broker, address, first=now, last=now, reminded=now)
-        self._outages[(seen.library, broker)] = outage
+        else:
+            ended = self._ended_at(seen.library, broker)
+            late = now - ended if ended is not None and now - ended < RELAPSE_SECONDS else None
+            outage = Outage(seen.library, broker, address, first=now, last=now, reminded=now, late=late)
+            self._outages[(seen.library, broker)] = outage
+            if late is not None:  # a burst a client queued during the outage, or lost again: wait and see
+                outage.folded += 1
+                return False
         record.msg = "lost connection to %s: %s; further connection errors are folded until it answers"
         record.args = (outage.where, _shortened(message))
         _set_level(record, logging.WARNING)
@@ -328,8 +343,28 @@ class ConnectionLogFold(logging.Filter):
                 return outage
         return None
 
+    def _ended_at(self, library: str, broker: str | None) -> float | None:
+        """When the library's last outage of this broker ended (or of any, naming none)."""
+        return max(
+            (
+                at
+                for (other_library, other_broker), at in self._ended.items()
+                if other_library == library and (other_broker == broker or None in (other_broker, broker))
+            ),
+            default=None,
+        )
+
     def _end(self, outage: Outage, answered: float) -> logging.LogRecord:
         del self._outages[(outage.library, outage.broker)]
+        self._ended[(outage.library, outage.broker)] = answered
+        if outage.late is not None:
+            return _record(
+                outage.library,
+                logging.INFO,
+                "%d connection errors of %s came at once %.0f s after it answered again: lines a client "
+                "queued while it was away, folded",
+                (outage.folded, outage.where, outage.late),
+            )
         return _record(
             outage.library,
             logging.INFO,

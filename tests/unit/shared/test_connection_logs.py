@@ -288,6 +288,30 @@ def test_an_outage_that_lasts_is_recalled_every_remind_seconds() -> None:
     ]
 
 
+def test_a_burst_of_queued_lines_after_the_outage_ended_is_one_info_and_lost_again_is_a_warning() -> None:
+    folding = Folding()
+    _outage(folding, [LIBRDKAFKA_RETRY], seconds=15)
+    folding.wait(40)
+    folding.lines.clear()
+    for _ in range(38):  # a stuck producer closed: what it queued while the broker was away
+        folding.log(*LIBRDKAFKA_RETRY)
+    folding.wait(40)
+    assert folding.shown() == [
+        (
+            "INFO",
+            "librdkafka",
+            f"38 connection errors of broker {BROKER} came at once 41 s after it answered again: lines a "
+            "client queued while it was away, folded",
+        )
+    ]
+    folding.lines.clear()
+    _outage(folding, [LIBRDKAFKA_RETRY], seconds=3)  # lost again: errors for seconds
+    loud = folding.shown(logging.WARNING)
+    assert len(loud) == 1 and loud[0][2].startswith(f"lost connection to broker {BROKER}: FAIL")
+    folding.wait(40)
+    assert folding.shown()[-1][2].startswith(f"connection to broker {BROKER} back after 2 s")
+
+
 def test_faust_s_missing_sensor_state_is_info() -> None:
     folding = Folding()
     folding.log("faust.app.base", logging.WARNING, "[^-App]: Missing sensor state for rebalance #2")
