@@ -11,6 +11,9 @@ lines are the command's own log lines, at the command's log level, never librdka
 `%6|...|FAC|rdkafka#producer-1| ...` lines on stderr. With a logger, confluent-kafka queues the lines
 (`log.queue`) and a client's `poll()`, `consume()` or `flush()` logs them; the lines a client logs
 while it is destroyed (librdkafka's `BGQUEUE` "Purging N unserved events", for one) are dropped.
+While a broker is away, the handler of `olstream.shared.logs.setup_logging` folds these lines (and
+aiokafka's) into one WARNING per lost connection and one INFO when it is back
+(`olstream.shared.connection_logs`); the lines it does not recognise keep librdkafka's severity.
 
 Every function accepts a plain bootstrap string too (no security: PLAINTEXT), which is what the
 tests and the local tools use.

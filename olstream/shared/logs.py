@@ -18,6 +18,8 @@ import sys
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
+from olstream.shared.connection_logs import ConnectionLogFold
+
 _SECRETS: set[str] = set()
 REDACTED = "***"
 
@@ -103,12 +105,14 @@ class _JsonFormatter(logging.Formatter):
 
 
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
-    """Configure the root logger once, in a command's main()."""
+    """Configure the root logger once, in a command's main(). A broker's lost connection is one
+    WARNING and its end one INFO, not a line per retry of each client (`connection_logs`)."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ConnectionLogFold(handler.handle))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
