@@ -6,7 +6,7 @@
 #
 # The whole suite (no arguments, or just `tests`) runs as two pytest sessions at once, each with its
 # own temp directory and its own broker: the chart's, the sink's and the wheel's integration tests,
-# the mixed-fault test and the unit tests beside the rest. The suite mostly waits (outages, timeouts, JVMs starting): one
+# the mixed-fault and outage-log tests and the unit tests beside the rest. The suite mostly waits (outages, timeouts, JVMs starting): one
 # session kept 2 cores 34% busy. Timings are in docs/testing.md. Output of the second session
 # follows the first's; the run fails when either does.
 set -euo pipefail
@@ -57,7 +57,7 @@ trap 'exit 143' TERM
 
 cd "$repo"
 beside=(tests/integration/deploy tests/integration/connectors/sink tests/integration/test_install.py
-  tests/integration/test_mixed_faults.py tests/unit)
+  tests/integration/test_mixed_faults.py tests/integration/test_outage_logs.py tests/unit)
 if [ $# -eq 0 ] || { [ $# -eq 1 ] && [ "${1%/}" = tests ]; }; then
   ignored=()
   for path in "${beside[@]}"; do ignored+=("--ignore=$path"); done
