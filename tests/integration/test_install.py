@@ -343,7 +343,8 @@ def test_the_installed_wheel_runs_marquez_from_the_shared_jar(installed: Install
         assert f"Marquez API at http://127.0.0.1:{api}" in up
         # the packaged template was rendered: the request log is its addition to Marquez's config
         assert "marquez-requests.log" in (installed.work / "marquez" / "marquez.yml").read_text()
-        assert "running" in installed.run("marquez", "status", *marquez, "--port", str(api))
+        status = installed.run("marquez", "status", *marquez)  # the URL `up` kept in the data dir
+        assert "running" in status and f"at http://127.0.0.1:{api};" in status  # and the API answers
         assert "stopped" in installed.run("marquez", "down", *marquez)
     finally:
         installed.run("marquez", "down", *marquez)
