@@ -95,9 +95,9 @@ class InputOffsets:
         return await asyncio.get_running_loop().run_in_executor(None, self._watermarks, partitions)
 
     def group_metadata(self) -> Any:
-        """The group's metadata for `send_offsets_to_transaction`: this consumer never subscribes
-        (generation -1, no member id), which the broker accepts beside the group's active members
-        and which no rebalance makes stale."""
+        """confluent-kafka's own group metadata of this never-subscribed consumer (generation -1, no
+        member id): the reference the worker's hand-built metadata is checked against at start
+        (``group_member.check_metadata_format``); offsets are sent with faust's member's instead."""
         return self._consumer.consumer_group_metadata()
 
     async def committed(self, partitions: list[int]) -> dict[int, int]:
