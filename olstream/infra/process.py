@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -195,15 +196,39 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
-    """A TCP port the kernel considers free now (racy by nature; good enough for tests)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port = int(sock.getsockname()[1])
-        if port not in avoid:
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_CHOSEN_PORT = 20000
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out as the local end of outgoing connections (Linux's default
+    32768-60999 where the setting cannot be read)."""
+    try:
+        low, high = (int(field) for field in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset(), run: int = 1) -> int:
+    """A TCP port P such that P .. P+run-1 are free now and none of them is ephemeral.
+
+    Racy by nature (good enough for tests and the demo), but never a port the kernel may give
+    meanwhile to an outgoing connection's local end: a port found by binding to port 0 is
+    ephemeral, and a busy neighbour (another test session's clients) can take it before the
+    server that was meant to listen on it starts.
+    """
+    ephemeral = ephemeral_ports()
+    candidates = [
+        p for p in range(LOWEST_CHOSEN_PORT, 65537 - run) if p + run <= ephemeral.start or p >= ephemeral.stop
+    ]
+    for _ in range(200 if candidates else 0):
+        port = random.choice(candidates)
+        wanted = range(port, port + run)
+        if not avoid.intersection(wanted) and all(port_free(host, p) for p in wanted):
             return port
-    raise OSError("no free TCP port found")
+    last = ephemeral.stop - 1
+    raise OSError(f"no {run} free TCP port(s) in a row outside the ephemeral range {ephemeral.start}-{last}")
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olstream.infra.process import free_port
 from tests.support.stream_support import REPO, tail
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -281,12 +281,6 @@ def _process(
         used_ports.add(port)
     return PodProcess(pod, workload, container, argv, env, cwd, root / f"{pod}.log", port,
                       mounts=dict(files.mounts))  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _probe_port(container: dict[str, Any]) -> int | None:

@@ -8,9 +8,7 @@ runs, and the checks every such test makes of what the sink wrote.
 from __future__ import annotations
 
 import json
-import random
 import signal
-import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -28,22 +26,13 @@ from olstream.eventlog.simulate import BASE_TIME, simulate
 from olstream.eventlog.stores import open_store
 from olstream.infra import kafka_cluster
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.infra.process import free_port
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_settings import read_properties
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stream_support import OLSTREAM, env, tail
 
 LOG_PARTITIONS = 8
-
-
-def _ports_free(ports: Sequence[int]) -> bool:
-    for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -65,9 +54,7 @@ def local_cluster(data_dir: Path, brokers: int = 1, security: str = "plaintext")
     """A cluster of its own (free ports, this data dir), stopped afterwards whatever happens."""
     last: Exception | None = None
     for _ in range(5):
-        base = random.randrange(20_000, 40_000, 2)
-        if not _ports_free(range(base, base + 2 * brokers)):
-            continue
+        base = free_port(run=2 * brokers)
         settings = KafkaSettings(
             version=DEFAULT_KAFKA_VERSION,
             port=base,

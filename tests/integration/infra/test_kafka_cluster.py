@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from olstream.infra import kafka_cluster
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
-from olstream.infra.process import free_port, pid_alive, port_free
+from olstream.infra.process import free_port, pid_alive
 from olstream.shared.errors import InfrastructureError
 
 pytestmark = pytest.mark.integration
@@ -48,11 +48,7 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 300) -> subprocess
 
 def free_base(brokers: int) -> int:
     """A port P such that P .. P+2*brokers-1 (every node's two ports) are free now."""
-    for _ in range(50):
-        base = free_port()
-        if base + 2 * brokers < 65535 and all(port_free("127.0.0.1", base + i) for i in range(2 * brokers)):
-            return base
-    raise AssertionError("no run of free ports found")
+    return free_port(run=2 * brokers)
 
 
 def settings_for(data_dir: Path, brokers: int = 1, security: str = "plaintext") -> KafkaSettings:

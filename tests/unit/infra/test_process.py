@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from olstream.infra import process
 
 
@@ -60,3 +62,21 @@ def test_reaping_forgets_a_child_and_ignores_unknown_pids(tmp_path: Path) -> Non
     children.reap(child.pid)
     assert children.get(child.pid) is None
     children.reap(child.pid)  # a second time: nothing to do
+
+
+def test_a_free_port_run_is_never_ephemeral_so_no_outgoing_connection_can_take_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    range_file = tmp_path / "ip_local_port_range"
+    range_file.write_text("32768\t60999\n")
+    monkeypatch.setattr(process, "EPHEMERAL_RANGE_FILE", range_file)
+    assert process.ephemeral_ports() == range(32768, 61000)
+    for _ in range(200):
+        port = process.free_port(run=6)
+        assert all(p < 32768 or p > 60999 for p in range(port, port + 6))
+        assert port >= process.LOWEST_CHOSEN_PORT and port + 5 <= 65535
+    range_file.write_text("20000 65535\n")
+    with pytest.raises(OSError, match="outside the ephemeral range 20000-65535"):
+        process.free_port()
+    range_file.write_text("garbage\n")
+    assert process.ephemeral_ports() == range(32768, 61000)
