@@ -95,3 +95,30 @@ def test_a_record_passes_the_steps_in_order_and_at_most_20_runtime_functions(
     submits = [qualname.split(".")[0] for _, qualname in functions if qualname.endswith(".submit")]
     assert submits == [name for name, _ in chain.STEPS]
     assert len(functions) <= MAX_RUNTIME_FUNCTIONS, "\n".join(f"{m}: {q}" for m, q in functions)
+
+
+def drawn_names(heading: str) -> list[str]:
+    """The names drawn under `heading` (a line starting with it) up to the next unindented line."""
+    text = (REPO / "docs" / "worker.md").read_text()
+    drawing = text[text.index("<!-- chain: begin") : text.index("<!-- chain: end -->")]
+    lines = drawing.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    names = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("   "):
+            break
+        if not line.startswith("    "):  # a name's own line, not its text's continuation
+            names.append(line.split()[0])
+    return names
+
+
+def nested_functions(function: Any) -> list[str]:
+    """The names of the functions defined inside `function` (the timers and hooks it registers)."""
+    return [const.co_name for const in function.__code__.co_consts if hasattr(const, "co_name")]
+
+
+def test_the_drawing_shows_every_timer_and_rebalance_hook_the_worker_registers() -> None:
+    from olstream.streams.runtime import agent
+
+    assert drawn_names("timers (agent.register_timers") == nested_functions(agent.register_timers)
+    assert drawn_names("rebalance hooks (agent.register_hooks)") == nested_functions(agent.register_hooks)
