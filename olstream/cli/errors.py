@@ -105,8 +105,8 @@ def _read(
     what = f"olstream errors {args.errors_command}"
     try:
         kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
-        return read_topics(kafka, names, r["timeout"], missing)
+        check_connection(kafka, r["wait"])
+        return read_topics(kafka, names, r["wait"], missing)
     except KafkaAuthError as e:
         print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
@@ -212,7 +212,7 @@ def _run_redrive(args: argparse.Namespace) -> int:
     r = resolve_unless_printed("errors redrive", ERRORS_REDRIVE, args)
     assert r is not None
     request = RedriveRequest(
-        args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["timeout"]
+        args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["wait"]
     )
     try:
         report = run_redrive(connection_of(r), chosen, request)

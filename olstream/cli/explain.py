@@ -54,14 +54,14 @@ def _run(args: argparse.Namespace) -> int:
         max_runs=r["max_runs"],
         time_slack_s=r["time_slack"],
         threads=r["scan_threads"],
-        timeout=r["timeout"],
+        timeout=r["wait"],
         log_url=r["log_url"],
     )
     try:
         check_subject(request.subject, request.kind)
         kafka = connection_of(r)
         try:
-            check_connection(kafka, r["timeout"])
+            check_connection(kafka, r["wait"])
             # both wire formats of the records topic (docs/contract.md#schema-registry)
             framed_input.configure(registry_connection_of(r), request.records_topic)
         except InfrastructureError as e:  # Kafka or the schema registry unreachable: nothing was done

@@ -42,8 +42,8 @@ def _run_status(args: argparse.Namespace) -> int:
     bootstrap = r["bootstrap"]
     try:
         kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
-        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
+        check_connection(kafka, r["wait"])
+        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["wait"])
     except KafkaAuthError as e:
         print(f"olstream status: {e}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED

@@ -161,14 +161,14 @@ def _registry_data_dir(r: Resolved) -> Path:
 
 def _registry_up(r: Resolved) -> int:
     settings = registry.RegistrySettings(
-        port=r["port"], data_dir=_registry_data_dir(r), version=r["version"], start_timeout=r["timeout"]
+        port=r["port"], data_dir=_registry_data_dir(r), version=r["version"], start_timeout=r["start_timeout"]
     )
     print(registry.up(settings))
     return ExitCode.OK
 
 
 def _registry_down(r: Resolved) -> int:
-    settings = registry.RegistrySettings(data_dir=_registry_data_dir(r), start_timeout=r["timeout"])
+    settings = registry.RegistrySettings(data_dir=_registry_data_dir(r), start_timeout=r["stop_timeout"])
     print("stopped" if registry.down(settings) else "not running")
     return ExitCode.OK
 

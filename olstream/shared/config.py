@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import yaml
 
+from olstream.shared import deprecated
 from olstream.shared.errors import ConfigError
 from olstream.shared.logs import REDACTED, hide_userinfo, redact
 from olstream.shared.version import package_version
@@ -116,6 +117,15 @@ def log_level_name(v: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Old:
+    """A setting's names before this release, still read for one more; each use warns (`deprecated`)."""
+
+    env: str = ""
+    flag: str = ""
+    key: str = ""  # in its section of the --config file
+
+
+@dataclass(frozen=True, slots=True)
 class Setting:
     """One setting, declared once. `env=""` means no environment variable; `flag=""` no flag."""
 
@@ -130,6 +140,7 @@ class Setting:
     secret: bool = False
     switch: bool = False  # a flag without a value (store_true); env/file take true/false
     shared: bool = False  # every command has it: the file may give it at its top level
+    old: Old = Old()  # the names it had before this release
 
     @property
     def env_name(self) -> str:
@@ -164,7 +175,12 @@ class Setting:
 
 # Settings every service reads, declared here once.
 BOOTSTRAP = Setting(
-    "bootstrap", "127.0.0.1:9092", "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]", shared=True
+    "bootstrap",
+    "127.0.0.1:9092",
+    "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
+    env="OLSTREAM_KAFKA_BOOTSTRAP",
+    shared=True,
+    old=Old(env="OLSTREAM_BOOTSTRAP"),
 )
 LOG_FORMAT = Setting("log_format", "text", "log lines as text or JSON", choices=("text", "json"), shared=True)
 LOG_LEVEL = Setting(
@@ -235,6 +251,9 @@ class FileLayer:
 
     def get(self, s: Setting) -> Any:
         value = self.values.get(s.key)
+        if s.old.key and (old := self.values.get(s.old.key)) is not None:
+            deprecated.used(f"{self.origin}: key", s.old.key, s.key, both=value is not None)
+            value = old if value is None else value
         if value is None and s.shared:
             value = self.shared.get(s.key)
         return value
@@ -249,10 +268,18 @@ def add_flags(parser: argparse.ArgumentParser | Any, settings: Iterable[Setting]
         if s.default is not None and not s.secret:
             where.append(f"default {s.default}")
         text = f"{s.help} [{'; '.join(where)}]" if where else s.help
-        if s.switch:
-            parser.add_argument(s.flag_name, dest=s.key, action="store_true", default=None, help=text)
-        else:
-            parser.add_argument(s.flag_name, dest=s.key, default=None, choices=s.choices, help=text)
+        for flag, dest, shown in ((s.flag_name, s.key, text), (s.old.flag, old_dest(s), argparse.SUPPRESS)):
+            if not flag:
+                continue
+            if s.switch:
+                parser.add_argument(flag, dest=dest, action="store_true", default=None, help=shown)
+            else:
+                parser.add_argument(flag, dest=dest, default=None, choices=s.choices, help=shown)
+
+
+def old_dest(s: Setting) -> str:
+    """Where the parser keeps the value of a setting's old flag (the resolver warns when it is used)."""
+    return f"{s.key}__old_flag"
 
 
 def add_print_config(parser: argparse.ArgumentParser | Any) -> None:
@@ -322,10 +349,11 @@ def resolve(
     for s in settings:
         raw: Any = None
         origin = "default"
-        if flags.get(s.key) not in (None, ""):
-            raw, origin = flags[s.key], "flag"
-        elif s.env_name and environ.get(s.env_name):
-            raw, origin = environ[s.env_name], f"env {s.env_name}"
+        flag, env = _given_flag(s, flags), _given_env(s, environ)
+        if flag is not None:
+            raw, origin = flag
+        elif env is not None:
+            raw, origin = env
         else:
             for layer in files:
                 if (given := layer.get(s)) is not None:
@@ -338,10 +366,32 @@ def resolve(
             values[s.key] = s.convert(raw)
         except (TypeError, ValueError) as e:
             shown = REDACTED if s.secret else repr(redact_url(raw))
-            where = f"flag {s.flag_name}" if origin == "flag" else origin
+            spelled = s.flag_name if flags.get(s.key) not in (None, "") else s.old.flag
+            where = f"flag {spelled}" if origin == "flag" else origin
             raise ConfigError(f"invalid {command} setting {s.key} {shown} (from {where}): {e}") from e
         origins[s.key] = origin
     return Resolved(command, values, origins, frozenset(s.key for s in settings if s.secret))
+
+
+def _given_flag(s: Setting, flags: Mapping[str, Any]) -> tuple[Any, str] | None:
+    """(value, "flag") of the setting's flag, else of its old flag (which warns), else None."""
+    value, old = flags.get(s.key), flags.get(old_dest(s)) if s.old.flag else None
+    if old not in (None, ""):
+        deprecated.used("flag", s.old.flag, s.flag_name, both=value not in (None, ""))
+    if value not in (None, ""):
+        return value, "flag"
+    return (old, "flag") if old not in (None, "") else None
+
+
+def _given_env(s: Setting, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(value, "env NAME") of the setting's variable, else of its old one (which warns), else None."""
+    value = environ.get(s.env_name) if s.env_name else None
+    old = environ.get(s.old.env) if s.old.env else None
+    if old:
+        deprecated.used("environment variable", s.old.env, s.env_name, both=bool(value))
+    if value:
+        return value, f"env {s.env_name}"
+    return (old, f"env {s.old.env}") if old else None
 
 
 def defaults(settings: Iterable[Setting]) -> dict[str, Any]:

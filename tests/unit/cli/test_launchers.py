@@ -15,12 +15,12 @@ from olstream.shared.errors import ExitCode
 
 LAUNCHERS = ("kafka", "postgres", "mirror", "marquez", "registry")
 EVERY_ACTION = {"-h", "--help", "--data-dir", "--log-format", "--config", "--print-config"}
-STOP_WAIT = {  # the flag bounding how long `down` waits before SIGKILL
-    "kafka": {"--timeout"},
-    "postgres": {"--timeout"},
+STOP_WAIT = {  # the flag bounding how long `down` waits before SIGKILL (and its hidden old spelling)
+    "kafka": {"--stop-timeout", "--timeout"},
+    "postgres": {"--stop-timeout", "--timeout"},
     "mirror": {"--stop-timeout"},
     "marquez": set(),  # `down` stops it with the launchers' 30 s
-    "registry": {"--timeout"},
+    "registry": {"--stop-timeout", "--timeout"},
 }
 
 
