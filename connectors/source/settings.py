@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -51,7 +51,7 @@ def _compatibility_level(v: str) -> str | None:
 
 
 SOURCE_SETTINGS = (
-    LOG_URL,
+    replace(LOG_URL, required=True),
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
     *TOPIC_SETTINGS,

@@ -26,7 +26,7 @@ from olstream.infra.settings import (
     data_dir_of,
     local_postgres,
 )
-from olstream.shared.config import Resolved, add_flags, add_print_config, print_config, resolve
+from olstream.shared.config import Resolved, add_flags, add_print_config, help_text, print_config, resolve
 from olstream.shared.errors import ExitCode, MissingExtraError, OlstreamError
 from olstream.shared.logs import setup_logging
 
@@ -73,9 +73,21 @@ def _register_graph(subparsers: argparse._SubParsersAction[Any]) -> None:
         "graph", help="draw the lineage graph of a file of RunEvents (Graphviz; extra `local`)"
     )
     p.add_argument("events", type=Path, help="newline-delimited JSON RunEvents (the sink's file transport)")
-    p.add_argument("-o", "--output", type=Path, default=Path("lineage.svg"), help=".svg, .png or .html")
-    p.add_argument("--title", default=None, help="title above the graph")
-    p.add_argument("--dot", action="store_true", help="print the Graphviz DOT source instead of rendering")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("lineage.svg"),
+        help=help_text(".svg, .png or .html", default="lineage.svg"),
+    )
+    p.add_argument(
+        "--title", default=None, help=help_text("title above the graph", default="olstream lineage: EVENTS")
+    )
+    p.add_argument(
+        "--dot",
+        action="store_true",
+        help=help_text("print the Graphviz DOT source instead of rendering", default="off"),
+    )
     p.set_defaults(func=_run_graph)
 
 

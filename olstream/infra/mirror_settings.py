@@ -47,13 +47,15 @@ MIRROR_UP = (
     Setting(
         "source_bootstrap",
         None,
-        "bootstrap servers of the cluster to replicate from (required)",
+        "bootstrap servers of the cluster to replicate from",
+        required=True,
         **local_env("mirror", "source_bootstrap"),
     ),
     Setting(
         "target_bootstrap",
         None,
-        "bootstrap servers of the cluster to replicate into (required)",
+        "bootstrap servers of the cluster to replicate into",
+        required=True,
         **local_env("mirror", "target_bootstrap"),
     ),
     Setting(

@@ -186,7 +186,7 @@ DEMO = (
         old=BOOTSTRAP.old,
     ),
     Setting("partitions", 6, "partitions of the demo topics", parse=int, env="", check=at_least(1)),
-    Setting("seed", None, "simulator seed", parse=int, env=""),
+    Setting("seed", None, "simulator seed [0]", parse=int, env=""),
     Setting(
         "base_time",
         None,

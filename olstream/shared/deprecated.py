@@ -12,6 +12,7 @@ the new name, never the value (it may be a secret).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +55,14 @@ def used(what: str, old: str, new: str, both: bool = False) -> None:
         note(old, f"{what} {old} is deprecated and ignored: {new} is set too and wins (remove {old})")
     else:
         note(old, f"{what} {old} is deprecated: use {new} (the old name works for this release only)")
+
+
+def first_given(what: str, new: str, value: Any, old: str, old_value: Any) -> tuple[Any, str] | None:
+    """(value, name) of the new name when given, else of the old one (warned about), else None; an
+    empty value counts as not given."""
+    given = value not in (None, "")
+    if old and old_value not in (None, ""):
+        used(what, old, new, both=given)
+        if not given:
+            return old_value, old
+    return (value, new) if given else None
