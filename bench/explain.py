@@ -164,7 +164,12 @@ def explain(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092"))
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092")
+        ),
+    )
     ap.add_argument("--runs", type=int, default=210_000)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--seed", type=int, default=5)

@@ -490,7 +490,12 @@ def bench(bootstrap: str, records: int, args: argparse.Namespace, work: Path) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092")
+        ),
+    )
     ap.add_argument("--records", type=int, nargs="+", default=[1_000_000, 5_000_000])
     ap.add_argument("--new-runs", type=int, default=300, help="new runs appended before each scenario")
     ap.add_argument("--partitions", type=int, default=6, help="partitions of the records topic")

@@ -323,7 +323,12 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OLSTREAM_LOG_LEVEL": "INFO"}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19093"))
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19093")
+        ),
+    )
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--log-partitions", type=int, default=12)
     ap.add_argument("--workers", default="1,2,3,6")

@@ -500,7 +500,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--workload", choices=("uniform", "skewed", "running", "both"), default="both")
-    parser.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092")
+        ),
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each row reports its best round")
     parser.add_argument(

@@ -263,7 +263,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:9092")
+        ),
+    )
     parser.add_argument("--log", help="SQLite log URL to (re)use for the throughput run (built if short)")
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--latency-rate", type=int, default=1000)

@@ -54,7 +54,12 @@ def parallel_headers(bootstrap: str, rows: list[Any], processes: int) -> tuple[f
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092")
+        ),
+    )
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--log", default=None, help="SQLite log to reuse (built when missing)")
     args = ap.parse_args()

@@ -275,7 +275,12 @@ def run_worker(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument(
+        "--bootstrap",
+        default=os.environ.get(
+            "OLSTREAM_KAFKA_BOOTSTRAP", os.environ.get("OLSTREAM_BOOTSTRAP", "127.0.0.1:19092")
+        ),
+    )
     ap.add_argument("--runs", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--seed", type=int, default=3)

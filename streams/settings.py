@@ -14,6 +14,7 @@ from olstream.shared.config import (
     LOG_LEVEL,
     METRICS_HOST,
     METRICS_PORT,
+    Old,
     Resolved,
     Setting,
     at_least,
@@ -31,6 +32,12 @@ from olstream.shared.kafka_settings import (
     connection_settings,
     replication_of,
 )
+from olstream.shared.pipeline_names import (
+    APP_ID,
+    EVENTS_TOPIC_ENV,
+    RECORDS_TOPIC_ENV,
+    WORKER_ERRORS_TOPIC_ENV,
+)
 from olstream.shared.schema_registry import (
     SCHEMA_REGISTRY_SETTINGS,
     RegistryConnection,
@@ -40,6 +47,13 @@ from olstream.shared.stopping import STOP_TIMEOUT
 from olstream.streams.mapping import JOB_NAMES, MappingConfig
 from olstream.streams.retention import DEFAULT_RETENTION_MS
 from olstream.streams.run_directory import DEFAULT_PARENT_RETENTION_MS
+
+
+def _own(key: str, default: Any, what: str, old: str = "", **kwargs: Any) -> Setting:
+    """A setting of the worker alone: `OLSTREAM_WORKER_<KEY>`, also read as its name before this
+    release (`old`, else `OLSTREAM_<KEY>`) for one more, with a warning."""
+    env = f"OLSTREAM_WORKER_{key.upper()}"
+    return Setting(key, default, what, env=env, old=Old(env=old or f"OLSTREAM_{key.upper()}"), **kwargs)
 
 
 def _mapping(name: str) -> Any:
@@ -56,7 +70,7 @@ WORKER_SETTINGS = (
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
     *TOPIC_SETTINGS,
-    Setting("app_id", "olstream-stream", "faust app id = the consumer group of every replica"),
+    APP_ID,
     Setting(
         "client_id",
         None,
@@ -64,18 +78,36 @@ WORKER_SETTINGS = (
         "[olstream-worker-<host>-<pid>]",
         env="OLSTREAM_WORKER_CLIENT_ID",
     ),
-    Setting("data_dir", "./olstream-data", "RocksDB table directory"),
-    Setting("input_topic", topics.EVENTLOG, "records topic to read"),
-    Setting("output_topic", topics.RUN_EVENTS, "topic of the RunEvents (JSON)"),
-    Setting("errors_topic", topics.STREAM_ERRORS, "topic of records that cannot be mapped"),
+    _own("data_dir", "./olstream-data", "RocksDB table directory"),
     Setting(
+        "input_topic",
+        topics.EVENTLOG,
+        "records topic to read",
+        env=RECORDS_TOPIC_ENV,
+        old=Old(env="OLSTREAM_INPUT_TOPIC"),
+    ),
+    Setting(
+        "output_topic",
+        topics.RUN_EVENTS,
+        "topic of the RunEvents (JSON)",
+        env=EVENTS_TOPIC_ENV,
+        old=Old(env="OLSTREAM_OUTPUT_TOPIC"),
+    ),
+    Setting(
+        "errors_topic",
+        topics.STREAM_ERRORS,
+        "topic of records that cannot be mapped",
+        env=WORKER_ERRORS_TOPIC_ENV,
+        old=Old(env="OLSTREAM_ERRORS_TOPIC"),
+    ),
+    _own(
         "partitions",
         topics.PARTITIONS,
         "partitions of an input topic it creates",
         parse=int,
         check=at_least(1),
     ),
-    Setting(
+    _own(
         "output_partitions",
         topics.PARTITIONS,
         "partitions of an output topic it creates (not the input's: regions whose input topics have "
@@ -84,42 +116,42 @@ WORKER_SETTINGS = (
         check=at_least(1),
     ),
     Setting("until_idle", False, "exit 0 once the input is consumed to its end", switch=True, env=""),
-    Setting(
+    _own(
         "retention",
         DEFAULT_RETENTION_MS / 1000,
         "seconds of record time finished runs are kept",
+        old="OLSTREAM_RETENTION_SECONDS",
         parse=float,
-        env="OLSTREAM_RETENTION_SECONDS",
         check=at_least(0),
     ),
-    Setting(
+    _own(
         "parent_retention",
         DEFAULT_PARENT_RETENTION_MS / 1000,
         "seconds of record time a run stays a parent its children find in the run directory (a parent "
         "appended longer before its child gets no edge, counted as too_old)",
+        old="OLSTREAM_PARENT_RETENTION_SECONDS",
         parse=float,
-        env="OLSTREAM_PARENT_RETENTION_SECONDS",
         check=at_least(0),
     ),
-    Setting("job_prefix", _mapping("job_prefix"), "prefix before every job name (once, at the front)"),
-    Setting(
+    _own("job_prefix", _mapping("job_prefix"), "prefix before every job name (once, at the front)"),
+    _own(
         "job_names",
         _mapping("job_names"),
         "hierarchical: a child's job is its parent's job name + '.' + its own; "
         "flat: {workflowType}@{version} alone",
         choices=JOB_NAMES,
     ),
-    Setting(
+    _own(
         "running_events",
         RUNNING_EVENTS_DEFAULT,
         "on: a RUNNING event for each declaration that adds a dataset to an open run (the new dataset "
         "only), so open runs show their datasets; off: START and the terminal event only",
         choices=ON_OFF,
     ),
-    Setting("producer", _mapping("producer"), "the RunEvents' producer URL"),
-    Setting("integration", _mapping("integration"), "jobType facet integration"),
-    Setting("programming_language", _mapping("programming_language"), "errorMessage facet language"),
-    Setting(
+    _own("producer", _mapping("producer"), "the RunEvents' producer URL"),
+    _own("integration", _mapping("integration"), "jobType facet integration"),
+    _own("programming_language", _mapping("programming_language"), "errorMessage facet language"),
+    _own(
         "processing_guarantee",
         "exactly_once",
         "exactly_once: each checkpoint is one Kafka transaction of the worker's one producer (its "
@@ -129,12 +161,10 @@ WORKER_SETTINGS = (
         "repeat after a crash or a rebalance",
         choices=PROCESSING_GUARANTEES,
     ),
-    Setting("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),
-    Setting(
-        "batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=at_least(0)
-    ),
-    Setting("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
-    Setting(
+    _own("batch_size", 5000, "records per processing batch", parse=int, check=at_least(1)),
+    _own("batch_seconds", 0.25, "max age of a batch before it is flushed, s", parse=float, check=at_least(0)),
+    _own("session_timeout", 10.0, "consumer group session timeout, s", parse=float, check=positive),
+    _own(
         "standby_states",
         "off",
         "on: keep a warm copy of the run states of every input partition another replica owns (each "
@@ -143,7 +173,7 @@ WORKER_SETTINGS = (
         "whole changelog partition (docs/worker.md#scaling-and-failure)",
         choices=ON_OFF,
     ),
-    Setting(
+    _own(
         "metadata_refresh",
         30.0,
         "seconds between reads of the cluster's metadata (how soon an input that gained partitions "
@@ -151,7 +181,7 @@ WORKER_SETTINGS = (
         parse=float,
         check=positive,
     ),
-    Setting(
+    _own(
         "max_event_bytes",
         topics.MAX_MESSAGE_BYTES,
         "largest RunEvent (and run state) written; a record that would make a larger one goes to the "

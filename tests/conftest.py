@@ -1,7 +1,8 @@
 """Shared fixtures: a real Kafka broker and a real PostgreSQL, started only when a test asks for them.
 
 - `kafka_bootstrap` (session): "host:port" of `$OLSTREAM_BOOTSTRAP`, else of a broker started with the
-  same code as `olstream kafka up` (free ports, temp data dir) and stopped when the session ends.
+  same code as `olstream kafka up` (free ports, temp data dir) and stopped when the session ends;
+  the processes the tests start find it in `OLSTREAM_KAFKA_BOOTSTRAP`.
 - `make_topic(partitions=1, config=None) -> str`: creates a uniquely named topic, returns its name.
 - `unique_topic`: a unique topic NAME (not created: create it with the partitions the test needs).
 - `unique_group`: a unique consumer group id.
@@ -31,7 +32,7 @@ from olstream.infra import kafka, postgres, registry
 from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.infra.postgres import PostgresSettings
 from olstream.infra.process import free_port
-from olstream.shared import logs
+from olstream.shared import deprecated, logs
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_admin import ensure_topic
 
@@ -40,6 +41,11 @@ from olstream.shared.kafka_admin import ensure_topic
 hypothesis_settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
+
+# The test suite's own switch naming a running broker (docs/testing.md). It is also the old name of
+# the commands' OLSTREAM_KAFKA_BOOTSTRAP, which they still read, with a warning: taken out of the
+# environment here, so that no `olstream` process a test starts sees it (tests count WARNING lines).
+EXTERNAL_BOOTSTRAP = os.environ.pop("OLSTREAM_BOOTSTRAP", None)
 
 KAFKA_FIXTURES = {"kafka_bootstrap", "make_topic", "schema_registry"}
 POSTGRES_FIXTURES = {"postgres_server", "postgres_url"}
@@ -65,6 +71,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _slug(request: pytest.FixtureRequest) -> str:
     """A short, Kafka-safe rendering of the test's name."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:60]
+
+
+@pytest.fixture(autouse=True)
+def _deprecations_of_this_test_only() -> Iterator[None]:
+    """Each test warns about the old names it uses as a new process would, once, whatever the tests
+    before it used."""
+    deprecated.reset()
+    yield
+    deprecated.reset()
 
 
 @pytest.fixture(autouse=True)
@@ -96,9 +111,12 @@ def _private_tmpdir(prefix: str) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    external = os.environ.get("OLSTREAM_BOOTSTRAP")
-    if external:
-        yield external
+    if EXTERNAL_BOOTSTRAP:
+        os.environ["OLSTREAM_KAFKA_BOOTSTRAP"] = EXTERNAL_BOOTSTRAP  # subprocesses of the tests inherit it
+        try:
+            yield EXTERNAL_BOOTSTRAP
+        finally:
+            os.environ.pop("OLSTREAM_KAFKA_BOOTSTRAP", None)
         return
     _stop_services_on_sigterm()
     data_dir = _private_tmpdir("olstream-kafka-")
@@ -120,10 +138,10 @@ def kafka_bootstrap() -> Iterator[str]:
                 if "already in use" not in str(e) or attempt == 2:
                     raise
         assert state is not None
-        os.environ["OLSTREAM_BOOTSTRAP"] = state.bootstrap  # subprocesses of the tests inherit it
+        os.environ["OLSTREAM_KAFKA_BOOTSTRAP"] = state.bootstrap  # subprocesses of the tests inherit it
         yield state.bootstrap
     finally:
-        os.environ.pop("OLSTREAM_BOOTSTRAP", None)
+        os.environ.pop("OLSTREAM_KAFKA_BOOTSTRAP", None)
         kafka.stop_broker(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
 

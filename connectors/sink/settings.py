@@ -31,6 +31,7 @@ from olstream.shared.config import (
     LOG_LEVEL,
     METRICS_HOST,
     METRICS_PORT,
+    Old,
     Resolved,
     Setting,
     at_least,
@@ -49,24 +50,32 @@ from olstream.shared.kafka_settings import (
     replication_of,
 )
 from olstream.shared.logs import REDACTED, hide_userinfo
+from olstream.shared.pipeline_names import EVENTS_TOPIC_ENV, SINK_DLQ_TOPIC_ENV
 from olstream.shared.stopping import STOP_TIMEOUT
 
 log = logging.getLogger(__name__)
 
 
 TIMEOUT = Setting(
-    "timeout",
+    "http_timeout",
     15.0,
-    "seconds per request (also OPENLINEAGE__TRANSPORT__TIMEOUT, openlineage.yml transport.timeout)",
+    "seconds per HTTP request (also OPENLINEAGE__TRANSPORT__TIMEOUT, openlineage.yml transport.timeout)",
     parse=float,
     env="",
     check=positive,
+    old=Old(flag="--timeout", key="timeout"),
 )
 SINK_SETTINGS = (
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
     *TOPIC_SETTINGS,
-    Setting("topic", topics.RUN_EVENTS, "topic of RunEvents to deliver", env="OLSTREAM_SINK_TOPIC"),
+    Setting(
+        "topic",
+        topics.RUN_EVENTS,
+        "topic of RunEvents to deliver",
+        env=EVENTS_TOPIC_ENV,
+        old=Old(env="OLSTREAM_SINK_TOPIC"),
+    ),
     Setting("group", "olstream-sink", "consumer group", env="OLSTREAM_SINK_GROUP"),
     Setting(
         "transport_name",
@@ -102,7 +111,7 @@ SINK_SETTINGS = (
         "max_buffered", 5000, "events held in memory before pausing", parse=int, env="", check=at_least(1)
     ),
     Setting("commit_interval", 1.0, "seconds between offset commits", parse=float, env="", check=at_least(0)),
-    Setting("dlq_topic", topics.SINK_DLQ, "dead-letter topic", env="OLSTREAM_SINK_DLQ_TOPIC"),
+    Setting("dlq_topic", topics.SINK_DLQ, "dead-letter topic", env=SINK_DLQ_TOPIC_ENV),
     Setting("dry_run", False, "print what would be sent; send nothing", switch=True, env=""),
     Setting("until_idle", False, "exit 0 once all is delivered", switch=True, env=""),
     STOP_TIMEOUT,
@@ -133,7 +142,7 @@ class SinkSettings:
     compression: str | None = None  # gzip: request bodies gzipped, Content-Encoding: gzip
     disabled: bool = False  # OPENLINEAGE_DISABLED=true: deliver nothing, commit nothing
     connect_timeout: float = _D["connect_timeout"]
-    total_timeout: float = _D["timeout"]
+    total_timeout: float = _D["http_timeout"]
     concurrency: int = _D["concurrency"]
     batch_size: int = _D["batch_size"]  # > 1: POST up to this many events to {url}/batch (the spec's)
     max_buffered: int = _D["max_buffered"]
@@ -218,7 +227,7 @@ def build_settings(
         compression=dest.compression,
         disabled=disabled,
         connect_timeout=r["connect_timeout"],
-        total_timeout=r["timeout"],
+        total_timeout=r["http_timeout"],
         concurrency=r["concurrency"],
         max_buffered=r["max_buffered"],
         batch_size=r["batch_size"],
@@ -326,12 +335,13 @@ def _member(members: Mapping[str, Section], name: str | None, origin: str) -> Ch
 
 def _transport_timeout(r: Resolved, value: Any, origin: str) -> Resolved:
     """The transport's `timeout`: its OPENLINEAGE__ variable wins over the --config file; the yml does not."""
-    if r.origins["timeout"] == "flag" or (origin.startswith("file") and r.origins["timeout"] != "default"):
+    given = r.origins[TIMEOUT.key]
+    if given == "flag" or (origin.startswith("file") and given != "default"):
         return r
     try:
-        return r.with_value("timeout", TIMEOUT.convert(value), origin)
+        return r.with_value(TIMEOUT.key, TIMEOUT.convert(value), origin)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"invalid sink setting timeout {value!r} (from {origin}): {e}") from e
+        raise ConfigError(f"invalid sink setting {TIMEOUT.key} {value!r} (from {origin}): {e}") from e
 
 
 def _check(s: SinkSettings) -> None:

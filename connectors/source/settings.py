@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +19,7 @@ from olstream.shared.config import (
     LOG_LEVEL,
     METRICS_HOST,
     METRICS_PORT,
+    Old,
     Resolved,
     Setting,
     at_least,
@@ -35,6 +36,7 @@ from olstream.shared.kafka_settings import (
     connection_settings,
     replication_of,
 )
+from olstream.shared.pipeline_names import RECORDS_TOPIC_ENV
 from olstream.shared.schema_registry import (
     COMPATIBILITY_LEVELS,
     SCHEMA_REGISTRY_SETTINGS,
@@ -49,11 +51,13 @@ def _compatibility_level(v: str) -> str | None:
 
 
 SOURCE_SETTINGS = (
-    LOG_URL,
+    replace(LOG_URL, required=True),
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
     *TOPIC_SETTINGS,
-    Setting("topic", topics.EVENTLOG, "records topic", env="OLSTREAM_SOURCE_TOPIC"),
+    Setting(
+        "topic", topics.EVENTLOG, "records topic", env=RECORDS_TOPIC_ENV, old=Old(env="OLSTREAM_SOURCE_TOPIC")
+    ),
     Setting(
         "errors_topic",
         None,
@@ -78,12 +82,13 @@ SOURCE_SETTINGS = (
         env="OLSTREAM_SOURCE_EXACTLY_ONCE",
     ),
     Setting(
-        "connect_timeout",
+        "wait",
         15.0,
-        "how long to wait for Kafka at start, s",
+        "seconds to wait for the broker at start",
         parse=float,
         env="",
         check=at_least(0),
+        old=Old(flag="--connect-timeout", key="connect_timeout"),
     ),
     Setting(
         "batch_size",
@@ -140,6 +145,8 @@ SOURCE_SETTINGS = (
         "records-topic values: single-object (the stored bytes: C3 01 + fingerprint) or confluent "
         "(00 + the registry's schema id; needs --schema-registry)",
         choices=WIRE_FORMATS,
+        env="OLSTREAM_SOURCE_WIRE_FORMAT",
+        old=Old(env="OLSTREAM_WIRE_FORMAT"),
     ),
     Setting(
         "schema_compatibility",
@@ -147,6 +154,8 @@ SOURCE_SETTINGS = (
         "with --schema-registry: the compatibility rule set on each subject of the records topic",
         parse=str.upper,
         check=_compatibility_level,
+        env="OLSTREAM_SOURCE_SCHEMA_COMPATIBILITY",
+        old=Old(env="OLSTREAM_SCHEMA_COMPATIBILITY"),
     ),
     STOP_TIMEOUT,
     METRICS_PORT,
@@ -167,7 +176,7 @@ class SourceSettings:
     until_idle: bool = _D["until_idle"]
     idle_seconds: float = _D["idle_seconds"]
     exactly_once: bool = _D["exactly_once"]
-    connect_timeout: float = _D["connect_timeout"]
+    connect_timeout: float = _D["wait"]
     transaction_interval: float = _D["transaction_interval"]
     check_bodies: bool = _D["check"] == "full"
     max_record_bytes: int = _D["max_record_bytes"]
@@ -223,7 +232,7 @@ def resolve_source_settings(
         until_idle=r["until_idle"],
         idle_seconds=r["idle_seconds"],
         exactly_once=r["exactly_once"],
-        connect_timeout=r["connect_timeout"],
+        connect_timeout=r["wait"],
         transaction_interval=r["transaction_interval"],
         check_bodies=r["check"] == "full",
         max_record_bytes=r["max_record_bytes"],

@@ -12,7 +12,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from olstream.shared.config import Resolved, Setting, add_flags, add_print_config, print_config, resolve
+from olstream.shared.config import (
+    Resolved,
+    Setting,
+    add_flags,
+    add_print_config,
+    help_text,
+    print_config,
+    resolve,
+)
 from olstream.shared.errors import ExitCode, OlstreamError
 from olstream.shared.logs import setup_logging
 
@@ -41,14 +49,34 @@ def add_actions(
 def add_destination_flags(parser: argparse.ArgumentParser, title: str) -> None:
     """Where events go, in OpenLineage's terms: `olstream sink` and `olstream replay` share these flags."""
     dest = parser.add_argument_group(title)
-    dest.add_argument("--url", help="receiver base URL (env OPENLINEAGE_URL; yml transport.url)")
+    yml = "none: the transport of openlineage.yml"
     dest.add_argument(
-        "--endpoint", help="path after the URL (env OPENLINEAGE_ENDPOINT; default api/v1/lineage)"
+        "--url", help=help_text("receiver base URL (yml transport.url)", "OPENLINEAGE_URL", yml)
     )
-    dest.add_argument("--api-key-file", help="file with the bearer API key (env OPENLINEAGE_API_KEY)")
-    dest.add_argument("--ca-file", help="extra CA bundle for TLS (verification is always on)")
-    dest.add_argument("--file", help="append NDJSON to this file instead (fsynced before each commit)")
-    dest.add_argument("--console", action="store_true", default=None, help="one event per line on stdout")
+    dest.add_argument(
+        "--endpoint",
+        help=help_text(
+            "path after the URL (yml transport.endpoint)", "OPENLINEAGE_ENDPOINT", "api/v1/lineage"
+        ),
+    )
+    dest.add_argument(
+        "--api-key-file",
+        help=help_text("file with the bearer API key (yml transport.auth.apiKey)", "OPENLINEAGE_API_KEY"),
+    )
+    dest.add_argument(
+        "--ca-file",
+        help=help_text("extra CA bundle for TLS (verification is always on)", default="the system CAs"),
+    )
+    dest.add_argument(
+        "--file",
+        help=help_text("append NDJSON to this file instead (fsynced before each commit)", default=yml),
+    )
+    dest.add_argument(
+        "--console",
+        action="store_true",
+        default=None,
+        help=help_text("one event per line on stdout", default="off"),
+    )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from olstream.operations.error_records import (
 from olstream.operations.redrive import DEFAULT_MAX_ATTEMPTS
 from olstream.operations.redrive_run import RedriveRequest, run_redrive
 from olstream.operations.settings import ERRORS_REDRIVE, STATUS
-from olstream.shared.config import Setting, add_flags, add_print_config
+from olstream.shared.config import Setting, add_flags, add_print_config, help_text
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
@@ -41,17 +41,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--topic",
         action="append",
         default=None,
-        help=f"error topic (repeatable; default: {', '.join(ERROR_TOPICS)})",
+        help=help_text("error topic (repeatable)", default=", ".join(ERROR_TOPICS)),
     )
     lst.set_defaults(func=_run_list)
     show.add_argument("topic", help="the error topic")
     _add_selection(show)
-    show.add_argument("--limit", type=int, default=20, help="print at most this many records [20]")
+    show.add_argument(
+        "--limit", type=int, default=20, help=help_text("print at most this many records", default="20")
+    )
     show.add_argument(
         "--raw",
         type=Path,
         default=None,
-        help="write the payload of the one selected record, unescaped, to this file",
+        help=help_text(
+            "write the payload of the one selected record, unescaped, to this file", default="none"
+        ),
     )
     show.set_defaults(func=_run_show)
     redrive = actions.add_parser(
@@ -67,29 +71,57 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--max-attempts",
         type=int,
         default=DEFAULT_MAX_ATTEMPTS,
-        help=f"leave records re-driven this many times already [{DEFAULT_MAX_ATTEMPTS}]",
+        help=help_text("leave records re-driven this many times already", default=str(DEFAULT_MAX_ATTEMPTS)),
     )
     redrive.add_argument(
         "--to-topic",
         default=None,
-        help="send to this topic (same partition) instead of the one each record came from",
+        help=help_text("send to this topic (same partition)", default="the topic each record came from"),
     )
-    redrive.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    redrive.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=help_text("print what would be sent; send nothing", default="off"),
+    )
     redrive.set_defaults(func=_run_redrive)
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reason", default=None, help="only records with this olstream.error reason")
-    p.add_argument("--partition", type=int, default=None, help="only this partition")
-    p.add_argument("--from-offset", type=int, default=None, help="only offsets from this one")
-    p.add_argument("--to-offset", type=int, default=None, help="only offsets up to this one (inclusive)")
+    every = "every"
+    p.add_argument(
+        "--reason",
+        default=None,
+        help=help_text("only records with this olstream.error reason", default=every),
+    )
+    p.add_argument(
+        "--partition", type=int, default=None, help=help_text("only this partition", default=every)
+    )
+    p.add_argument(
+        "--from-offset",
+        type=int,
+        default=None,
+        help=help_text("only offsets from this one", default="the first"),
+    )
+    p.add_argument(
+        "--to-offset",
+        type=int,
+        default=None,
+        help=help_text("only offsets up to this one (inclusive)", default="the last"),
+    )
     p.add_argument(
         "--since",
         default=None,
-        help="only records produced at or after this time: ISO (2024-05-01T12:00:00Z) or a duration back "
-        "from now (2h, 30m, 1d); message timestamps, not eventTime",
+        help=help_text(
+            "only records produced at or after this time: ISO (2024-05-01T12:00:00Z) or a duration back "
+            "from now (2h, 30m, 1d); message timestamps, not eventTime",
+            default="the first",
+        ),
     )
-    p.add_argument("--until", default=None, help="only records produced before this time, as --since")
+    p.add_argument(
+        "--until",
+        default=None,
+        help=help_text("only records produced before this time, as --since", default="now"),
+    )
 
 
 def _read(
@@ -105,8 +137,8 @@ def _read(
     what = f"olstream errors {args.errors_command}"
     try:
         kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
-        return read_topics(kafka, names, r["timeout"], missing)
+        check_connection(kafka, r["wait"])
+        return read_topics(kafka, names, r["wait"], missing)
     except KafkaAuthError as e:
         print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
@@ -212,7 +244,7 @@ def _run_redrive(args: argparse.Namespace) -> int:
     r = resolve_unless_printed("errors redrive", ERRORS_REDRIVE, args)
     assert r is not None
     request = RedriveRequest(
-        args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["timeout"]
+        args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["wait"]
     )
     try:
         report = run_redrive(connection_of(r), chosen, request)

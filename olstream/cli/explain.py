@@ -9,7 +9,7 @@ from typing import Any
 from olstream.cli.commands import resolve_unless_printed
 from olstream.operations.explain import KINDS, ExplainRequest, check_subject, explain
 from olstream.operations.settings import EXPLAIN
-from olstream.shared.config import add_flags, add_print_config
+from olstream.shared.config import add_flags, add_print_config, help_text
 from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
@@ -30,9 +30,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--kind",
         choices=KINDS,
         default="auto",
-        help="what RUN is [auto: a UUID is tried as an OpenLineage run id, then as a name]",
+        help=help_text(
+            "what RUN is (auto: a UUID is tried as an OpenLineage run id, then as a name)", default="auto"
+        ),
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--json", action="store_true", help=help_text("print the report as JSON", default="off"))
     add_flags(p, EXPLAIN)
     add_print_config(p)
     p.set_defaults(func=_run)
@@ -54,14 +56,14 @@ def _run(args: argparse.Namespace) -> int:
         max_runs=r["max_runs"],
         time_slack_s=r["time_slack"],
         threads=r["scan_threads"],
-        timeout=r["timeout"],
+        timeout=r["wait"],
         log_url=r["log_url"],
     )
     try:
         check_subject(request.subject, request.kind)
         kafka = connection_of(r)
         try:
-            check_connection(kafka, r["timeout"])
+            check_connection(kafka, r["wait"])
             # both wire formats of the records topic (docs/contract.md#schema-registry)
             framed_input.configure(registry_connection_of(r), request.records_topic)
         except InfrastructureError as e:  # Kafka or the schema registry unreachable: nothing was done

@@ -7,6 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from olstream.shared import deprecated
 from olstream.shared.errors import ConfigError, ExitCode
 from olstream.shared.extras import extra_of_missing, install_hint
 from olstream.shared.logs import redact
@@ -71,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.CONFIG
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    finally:
+        deprecated.flush()  # old names used by a command that set up no logging (--print-config, errors)
     return int(rc or 0)
 
 

@@ -15,7 +15,7 @@ from olstream.eventlog.settings import SIMULATE_SETTINGS
 from olstream.infra import mirror_settings
 from olstream.infra import settings as infra
 from olstream.operations import settings as operations
-from olstream.operations.replay_settings import REPLAY_SETTINGS
+from olstream.operations.replay_settings import REPLAY_SETTINGS, SINK_FLAGS
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
 from olstream.shared.errors import EXIT_MEANINGS, ExitCode
 from olstream.streams.settings import WORKER_SETTINGS
@@ -98,7 +98,9 @@ An invalid setting ends the command with one line on stderr naming the setting, 
 where it came from, and the exit code `CONFIG` ([operations.md](operations.md#exit-codes)):
 
 ```
-olstream worker: invalid worker setting batch_size 'many' (from env OLSTREAM_BATCH_SIZE): expected an integer
+$ OLSTREAM_WORKER_BATCH_SIZE=many olstream worker
+olstream worker: invalid worker setting batch_size 'many' (from env OLSTREAM_WORKER_BATCH_SIZE): \
+expected an integer
 ```
 
 A flag without a value (`--until-idle`) is `true`/`false` in the file and the environment.
@@ -131,8 +133,54 @@ def _table(settings: tuple[Setting, ...]) -> str:
     return "".join(rows)
 
 
+_RENAMED = """
+## Renamed in this release
+
+The old names below still work for this release: each use logs one WARNING naming the new name
+(never the value). When both are given, the new name wins and the warning says so. The scheme:
+`OLSTREAM_KAFKA_*` is how every command reaches Kafka; the worker's app id and the topics between
+the services have one variable each, read by every command that uses them (`OLSTREAM_APP_ID`,
+`OLSTREAM_RECORDS_TOPIC`, `OLSTREAM_EVENTS_TOPIC`, `OLSTREAM_SINK_DLQ_TOPIC`); a service's own
+settings are `OLSTREAM_SOURCE_*`, `OLSTREAM_WORKER_*`, `OLSTREAM_SINK_*`, `OLSTREAM_REPLAY_*`; the
+local launchers' `OLSTREAM_LOCAL_<LAUNCHER>_*`; settings every service shares (`OLSTREAM_LOG_*`,
+`OLSTREAM_METRICS_*`, ...) have no prefix. A flag names what it bounds: `--wait` a wait for the
+broker, `--http-timeout` an HTTP request, `--start-timeout` / `--stop-timeout` a launcher's start
+or stop.
+
+| old | new | commands |
+|---|---|---|
+"""
+
+
+def every_command() -> dict[str, tuple[Setting, ...]]:
+    """Each command (and action) -> its settings: the services', the launchers' and the operations'."""
+    return {
+        **{"log simulate" if c == "simulate" else c: s for c, s in COMMAND_SETTINGS.items()},
+        "replay": (*REPLAY_SETTINGS, *SINK_FLAGS),
+        "errors": operations.ERRORS_REDRIVE,
+        **{title: s for title, (_, s) in INFRA_SETTINGS.items()},
+        **{title: s for title, (_, s) in OPERATIONS_SETTINGS.items()},
+    }
+
+
+def renames() -> dict[tuple[str, str], list[str]]:
+    """(old name, new name) -> the commands that read it, for every renamed variable and flag."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for command, settings in every_command().items():
+        for s in settings:
+            for old, new in ((s.old.env, s.env_name), (s.old.flag, s.flag_name)):
+                if old and command not in found.setdefault((old, new), []):
+                    found[(old, new)].append(command)
+    return found
+
+
+def _renamed_table() -> str:
+    rows = sorted(renames().items(), key=lambda item: (item[0][0].startswith("-"), item[0]))
+    return _RENAMED + "".join(f"| `{old}` | `{new}` | {', '.join(c)} |\n" for (old, new), c in rows)
+
+
 def render() -> str:
-    parts = [_INTRO]
+    parts = [_INTRO, _renamed_table()]
     for command, settings in COMMAND_SETTINGS.items():
         title = "log simulate" if command == "simulate" else command
         parts.append(f"\n## {command}\n\n`olstream {title}`, section `{command}:` of the file.\n")

@@ -8,7 +8,7 @@ from typing import Any
 
 from olstream.cli.commands import resolve_unless_printed
 from olstream.operations.settings import STATUS
-from olstream.shared.config import add_flags, add_print_config
+from olstream.shared.config import add_flags, add_print_config, help_text
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--topic",
         action="append",
         default=None,
-        help=f"topic to show (repeatable; default: {', '.join(PIPELINE_TOPICS)})",
+        help=help_text("topic to show (repeatable)", default=", ".join(PIPELINE_TOPICS)),
     )
     add_print_config(p)
     p.set_defaults(func=_run_status)
@@ -42,8 +42,8 @@ def _run_status(args: argparse.Namespace) -> int:
     bootstrap = r["bootstrap"]
     try:
         kafka = connection_of(r)
-        check_connection(kafka, r["timeout"])
-        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["timeout"])
+        check_connection(kafka, r["wait"])
+        current = status.collect(kafka, tuple(args.topic or status.PIPELINE_TOPICS), r["wait"])
     except KafkaAuthError as e:
         print(f"olstream status: {e}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED

@@ -26,7 +26,7 @@ from olstream.infra.settings import (
     data_dir_of,
     local_postgres,
 )
-from olstream.shared.config import Resolved, add_flags, add_print_config, print_config, resolve
+from olstream.shared.config import Resolved, add_flags, add_print_config, help_text, print_config, resolve
 from olstream.shared.errors import ExitCode, MissingExtraError, OlstreamError
 from olstream.shared.logs import setup_logging
 
@@ -73,9 +73,21 @@ def _register_graph(subparsers: argparse._SubParsersAction[Any]) -> None:
         "graph", help="draw the lineage graph of a file of RunEvents (Graphviz; extra `local`)"
     )
     p.add_argument("events", type=Path, help="newline-delimited JSON RunEvents (the sink's file transport)")
-    p.add_argument("-o", "--output", type=Path, default=Path("lineage.svg"), help=".svg, .png or .html")
-    p.add_argument("--title", default=None, help="title above the graph")
-    p.add_argument("--dot", action="store_true", help="print the Graphviz DOT source instead of rendering")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("lineage.svg"),
+        help=help_text(".svg, .png or .html", default="lineage.svg"),
+    )
+    p.add_argument(
+        "--title", default=None, help=help_text("title above the graph", default="olstream lineage: EVENTS")
+    )
+    p.add_argument(
+        "--dot",
+        action="store_true",
+        help=help_text("print the Graphviz DOT source instead of rendering", default="off"),
+    )
     p.set_defaults(func=_run_graph)
 
 
@@ -161,14 +173,14 @@ def _registry_data_dir(r: Resolved) -> Path:
 
 def _registry_up(r: Resolved) -> int:
     settings = registry.RegistrySettings(
-        port=r["port"], data_dir=_registry_data_dir(r), version=r["version"], start_timeout=r["timeout"]
+        port=r["port"], data_dir=_registry_data_dir(r), version=r["version"], start_timeout=r["start_timeout"]
     )
     print(registry.up(settings))
     return ExitCode.OK
 
 
 def _registry_down(r: Resolved) -> int:
-    settings = registry.RegistrySettings(data_dir=_registry_data_dir(r), start_timeout=r["timeout"])
+    settings = registry.RegistrySettings(data_dir=_registry_data_dir(r), start_timeout=r["stop_timeout"])
     print("stopped" if registry.down(settings) else "not running")
     return ExitCode.OK
 

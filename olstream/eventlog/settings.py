@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,14 +26,14 @@ def parse_base_time(text: str) -> datetime:
 
 
 SIMULATE_SETTINGS = (
-    LOG_URL,
+    replace(LOG_URL, required=True),
     Setting(
-        "runs", None, "number of workflow runs to write (required)", parse=int, env="", check=at_least(0)
+        "runs", None, "number of workflow runs to write", parse=int, env="", check=at_least(0), required=True
     ),
     Setting(
         "partitions",
         None,
-        "partitions of a log this creates [8]; must match an existing log",
+        "partitions of a log this creates (an existing log's must match) [8]",
         parse=int,
         env="",
         check=at_least(1),

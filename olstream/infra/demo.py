@@ -87,7 +87,7 @@ def demo_settings(values: Mapping[str, Any]) -> DemoSettings:
         partitions=values["partitions"],
         seed=values["seed"],
         base_time=values["base_time"],
-        timeout=values["timeout"],
+        timeout=values["time_limit"],
         keep=values["keep"],
     )
 

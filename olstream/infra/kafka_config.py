@@ -166,7 +166,7 @@ def logging_profile(version: str) -> str:
 
 def default_data_dir() -> Path:
     """`$XDG_STATE_HOME/olstream/kafka` (~/.local/state/olstream/kafka); the setting `data_dir`
-    (OLSTREAM_KAFKA_DATA_DIR, olstream.infra.settings) names another."""
+    (OLSTREAM_LOCAL_KAFKA_DATA_DIR, olstream.infra.settings) names another."""
     return state_home() / "olstream" / "kafka"
 
 

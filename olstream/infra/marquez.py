@@ -221,7 +221,7 @@ def download(version: str, libs: Path) -> None:
             f"cannot resolve io.github.marquezproject:marquez-api:{version} from Maven's repositories "
             f"({' '.join(cmd)}): "
             + (" | ".join(errors) or f"exit {done.returncode}")
-            + "; name a Marquez server jar with --jar (OLSTREAM_MARQUEZ_JAR)"
+            + "; name a Marquez server jar with --jar (OLSTREAM_LOCAL_MARQUEZ_JAR)"
         )
 
 

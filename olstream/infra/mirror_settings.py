@@ -19,7 +19,7 @@ from olstream.infra.mirror_config import (
     default_data_dir,
     regex_problem,
 )
-from olstream.infra.settings import data_dir_of
+from olstream.infra.settings import data_dir_of, local_env
 from olstream.shared.config import LOG_FORMAT, Resolved, Setting, at_least, field_default, positive
 from olstream.shared.errors import ConfigError
 
@@ -33,28 +33,30 @@ def _regex(v: Any) -> str | None:
 
 
 def _file(key: str, what: str) -> Setting:
-    return Setting(key, None, what, env=f"OLSTREAM_MIRROR_{key.upper()}")
+    return Setting(key, None, what, **local_env("mirror", key))
 
 
 MIRROR_DATA_DIR = Setting(
     "data_dir",
     None,
     "directory of the local MirrorMaker 2: config, logs, mirror.json [~/.local/state/olstream/mirror]",
-    env="OLSTREAM_MIRROR_DATA_DIR",
+    **local_env("mirror", "data_dir"),
 )
 MIRROR_UP = (
     MIRROR_DATA_DIR,
     Setting(
         "source_bootstrap",
         None,
-        "bootstrap servers of the cluster to replicate from (required)",
-        env="OLSTREAM_MIRROR_SOURCE_BOOTSTRAP",
+        "bootstrap servers of the cluster to replicate from",
+        required=True,
+        **local_env("mirror", "source_bootstrap"),
     ),
     Setting(
         "target_bootstrap",
         None,
-        "bootstrap servers of the cluster to replicate into (required)",
-        env="OLSTREAM_MIRROR_TARGET_BOOTSTRAP",
+        "bootstrap servers of the cluster to replicate into",
+        required=True,
+        **local_env("mirror", "target_bootstrap"),
     ),
     Setting(
         "source_alias",
@@ -74,7 +76,7 @@ MIRROR_UP = (
         "topics",
         DEFAULT_TOPICS,
         "regular expression (Java) of the source topics to replicate; written escaped into mm2.properties",
-        env="OLSTREAM_MIRROR_TOPICS",
+        **local_env("mirror", "topics"),
         check=_regex,
     ),
     Setting(
@@ -123,7 +125,7 @@ MIRROR_UP = (
         "version",
         DEFAULT_MIRROR_VERSION,
         "connect-mirror release (jars from Maven Central)",
-        env="OLSTREAM_MIRROR_VERSION",
+        **local_env("mirror", "version"),
     ),
     Setting(
         "start_timeout",
@@ -157,7 +159,7 @@ def mirror_settings(r: Resolved) -> MirrorSettings:
         if not r[f"{side}_bootstrap"]:
             raise ConfigError(
                 f"no {side} cluster: pass --{side}-bootstrap HOST:PORT "
-                f"or set OLSTREAM_MIRROR_{side.upper()}_BOOTSTRAP"
+                f"or set OLSTREAM_LOCAL_MIRROR_{side.upper()}_BOOTSTRAP"
             )
     try:
         return MirrorSettings(

@@ -75,7 +75,7 @@ PostgresStatus = ServerStatus[PostgresState]
 
 def default_data_dir() -> Path:
     """`$XDG_STATE_HOME/olstream/postgres` (~/.local/state/...); the setting `data_dir`
-    (OLSTREAM_PG_DATA_DIR, olstream.infra.settings) names another.
+    (OLSTREAM_LOCAL_POSTGRES_DATA_DIR, olstream.infra.settings) names another.
 
     As root the home directory is usually closed to the `postgres` account: /var/lib/olstream/postgres.
     """

@@ -19,6 +19,7 @@ from olstream.infra.kafka_config import DEFAULT_PORT as KAFKA_PORT
 from olstream.shared.config import (
     BOOTSTRAP,
     LOG_FORMAT,
+    Old,
     Resolved,
     Setting,
     at_least,
@@ -28,25 +29,46 @@ from olstream.shared.config import (
 )
 
 
-def _timeout(default: float, what: str, key: str = "timeout") -> Setting:
-    return Setting(key, default, what, parse=float, env="", flag="--timeout", check=positive)
+def _start_timeout(default: float, what: str, old_key: str = "") -> Setting:
+    """How long `up` waits for the server (`--start-timeout`; `--timeout` until this release)."""
+    old = Old(flag="--timeout", key=old_key)
+    return Setting("start_timeout", default, what, parse=float, env="", check=positive, old=old)
 
 
-def _data_dir(env: str, where: str) -> Setting:
-    return Setting("data_dir", None, f"directory of the local {where} [~/.local/state/olstream/...]", env=env)
+def _stop_timeout(default: float, what: str, old_key: str = "") -> Setting:
+    """How long `down` waits before SIGKILL (`--stop-timeout`; `--timeout` until this release)."""
+    old = Old(flag="--timeout", key=old_key)
+    return Setting("stop_timeout", default, what, parse=float, env="", check=positive, old=old)
 
 
-def _port(default: int, env: str, what: str) -> Setting:
-    return Setting("port", default, what, parse=int, env=env, check=_listen_port)
+LOCAL = "OLSTREAM_LOCAL_"
+"""The prefix of the local launchers' variables (`OLSTREAM_LOCAL_KAFKA_PORT`): none looks like a setting
+of the services' Kafka clients (`OLSTREAM_KAFKA_*`)."""
+
+
+def local_env(launcher: str, key: str, old: str = "") -> dict[str, Any]:
+    """`env` and `old` of a launcher's setting: OLSTREAM_LOCAL_<LAUNCHER>_<KEY>, read as
+    `old` (else OLSTREAM_<LAUNCHER>_<KEY>) for one more release, with a warning."""
+    name = f"{launcher}_{key}".upper()
+    return {"env": LOCAL + name, "old": Old(env=old or f"OLSTREAM_{name}")}
+
+
+def _data_dir(launcher: str, where: str, old: str = "") -> Setting:
+    what = f"directory of the local {where} [~/.local/state/olstream/...]"
+    return Setting("data_dir", None, what, **local_env(launcher, "data_dir", old))
+
+
+def _port(default: int, launcher: str, what: str, old: str = "") -> Setting:
+    return Setting("port", default, what, parse=int, check=_listen_port, **local_env(launcher, "port", old))
 
 
 def _listen_port(v: Any) -> str | None:
     return port_number(v) or (None if v != 0 else "must be a port number, 1..65535")
 
 
-KAFKA_DATA_DIR = _data_dir("OLSTREAM_KAFKA_DATA_DIR", "broker")
+KAFKA_DATA_DIR = _data_dir("kafka", "broker")
 KAFKA_VERSION = Setting("version", DEFAULT_KAFKA_VERSION, "Kafka release (jars from Maven Central)",
-                        env="OLSTREAM_KAFKA_VERSION")  # fmt: skip
+                        **local_env("kafka", "version"))  # fmt: skip
 
 
 def _broker_count(v: Any) -> str | None:
@@ -58,19 +80,19 @@ KAFKA_BROKERS = Setting(
     1,
     f"KRaft nodes on loopback, each a broker and a controller (1..{MAX_BROKERS})",
     parse=int,
-    env="OLSTREAM_KAFKA_BROKERS",
     check=_broker_count,
+    **local_env("kafka", "brokers"),
 )
 KAFKA_SECURITY = Setting(
     "security",
     PLAINTEXT,
     "client listener: plaintext, or sasl_ssl (TLS, SCRAM and PLAIN users; writes DIR/client.properties)",
     choices=SECURITY_MODES,
-    env="OLSTREAM_KAFKA_SECURITY",
+    **local_env("kafka", "security"),
 )
 KAFKA_UP = (
     KAFKA_DATA_DIR,
-    _port(KAFKA_PORT, "OLSTREAM_KAFKA_PORT", "broker port (node n: port+2(n-1))"),
+    _port(KAFKA_PORT, "kafka", "broker port (node n: port+2(n-1))"),
     Setting(
         "controller_port",
         None,
@@ -82,39 +104,39 @@ KAFKA_UP = (
     KAFKA_BROKERS,
     KAFKA_SECURITY,
     KAFKA_VERSION,
-    _timeout(90.0, "seconds to wait for the broker", "start_timeout"),
+    _start_timeout(90.0, "seconds to wait for the broker"),
     LOG_FORMAT,
 )
-KAFKA_DOWN = (KAFKA_DATA_DIR, _timeout(30.0, "seconds before SIGKILL", "stop_timeout"), LOG_FORMAT)
+KAFKA_DOWN = (KAFKA_DATA_DIR, _stop_timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
 KAFKA_STATUS = (KAFKA_DATA_DIR, LOG_FORMAT)
 
-POSTGRES_DATA_DIR = _data_dir("OLSTREAM_PG_DATA_DIR", "server")
-POSTGRES_PORT = _port(postgres.DEFAULT_PORT, "OLSTREAM_PG_PORT", "server port")
+POSTGRES_DATA_DIR = _data_dir("postgres", "server", old="OLSTREAM_PG_DATA_DIR")
+POSTGRES_PORT = _port(postgres.DEFAULT_PORT, "postgres", "server port", old="OLSTREAM_PG_PORT")
 POSTGRES_UP = (
     POSTGRES_DATA_DIR,
     POSTGRES_PORT,
-    _timeout(60.0, "seconds to wait for the server", "start_timeout"),
+    _start_timeout(60.0, "seconds to wait for the server"),
     LOG_FORMAT,
 )
-POSTGRES_DOWN = (POSTGRES_DATA_DIR, _timeout(30.0, "seconds before SIGKILL", "stop_timeout"), LOG_FORMAT)
+POSTGRES_DOWN = (POSTGRES_DATA_DIR, _stop_timeout(30.0, "seconds before SIGKILL"), LOG_FORMAT)
 POSTGRES_STATUS = (POSTGRES_DATA_DIR, LOG_FORMAT)
 
-MARQUEZ_DATA_DIR = _data_dir("OLSTREAM_MARQUEZ_DATA_DIR", "Marquez")
+MARQUEZ_DATA_DIR = _data_dir("marquez", "Marquez")
 MARQUEZ_UP = (
     MARQUEZ_DATA_DIR,
-    _port(marquez.DEFAULT_PORT, "OLSTREAM_MARQUEZ_PORT", "API port"),
+    _port(marquez.DEFAULT_PORT, "marquez", "API port"),
     Setting("admin_port", None, "admin port [port+1]", parse=int, env="", check=port_number),
     Setting(
         "version",
         marquez.DEFAULT_MARQUEZ_VERSION,
         "Marquez release (what Maven is asked for without --jar; a jar's own version wins)",
-        env="OLSTREAM_MARQUEZ_VERSION",
+        **local_env("marquez", "version"),
     ),
     Setting(
         "pg_url",
         None,
         "superuser URL of the PostgreSQL server of Marquez's database [the local `olstream postgres`]",
-        env="OLSTREAM_MARQUEZ_PG_URL",
+        **local_env("marquez", "pg_url"),
     ),
     Setting(
         "jar",
@@ -122,29 +144,31 @@ MARQUEZ_UP = (
         "the Marquez server jar to run, built from Marquez's source, e.g. "
         "../shared/marquez/marquez-api-0.51.1.jar [none: `up` asks Maven for marquez-api, which the "
         "Maven Central reachable here does not serve]",
-        env="OLSTREAM_MARQUEZ_JAR",
+        **local_env("marquez", "jar"),
     ),
     LOG_FORMAT,
 )
 MARQUEZ_DOWN = (MARQUEZ_DATA_DIR, LOG_FORMAT)
 MARQUEZ_STATUS = (MARQUEZ_DATA_DIR, LOG_FORMAT)
 
-REGISTRY_DATA_DIR = _data_dir(
-    "OLSTREAM_REGISTRY_DATA_DIR", "schema registry (its pid and log; the schemas are in memory)"
-)
+REGISTRY_DATA_DIR = _data_dir("registry", "schema registry (its pid and log; the schemas are in memory)")
 REGISTRY_UP = (
     REGISTRY_DATA_DIR,
-    _port(registry.DEFAULT_PORT, "OLSTREAM_REGISTRY_PORT", "HTTP port (the ccompat API at /apis/ccompat/v7)"),
+    _port(registry.DEFAULT_PORT, "registry", "HTTP port (the ccompat API at /apis/ccompat/v7)"),
     Setting(
         "version",
         registry.DEFAULT_VERSION,
         "Apicurio Registry release (from Maven Central; 2.6 runs on Java 17)",
-        env="OLSTREAM_REGISTRY_VERSION",
+        **local_env("registry", "version"),
     ),
-    _timeout(120.0, "seconds to wait for the API"),
+    _start_timeout(120.0, "seconds to wait for the API", old_key="timeout"),
     LOG_FORMAT,
 )
-REGISTRY_DOWN = (REGISTRY_DATA_DIR, _timeout(120.0, "seconds before SIGKILL"), LOG_FORMAT)
+REGISTRY_DOWN = (
+    REGISTRY_DATA_DIR,
+    _stop_timeout(120.0, "seconds before SIGKILL", old_key="timeout"),
+    LOG_FORMAT,
+)
 REGISTRY_STATUS = (REGISTRY_DATA_DIR, LOG_FORMAT)
 
 DEMO = (
@@ -154,9 +178,15 @@ DEMO = (
     Setting("graph", None, "picture to render [--out with .svg]", env=""),
     Setting("url", None, "post the events to this OpenLineage receiver instead", env=""),
     Setting("marquez", False, "send to a local Marquez (`olstream marquez up`)", switch=True, env=""),
-    Setting("bootstrap", None, "Kafka bootstrap servers [none: a local broker]", env=BOOTSTRAP.env_name),
+    Setting(
+        "bootstrap",
+        None,
+        "Kafka bootstrap servers [none: a local broker]",
+        env=BOOTSTRAP.env,
+        old=BOOTSTRAP.old,
+    ),
     Setting("partitions", 6, "partitions of the demo topics", parse=int, env="", check=at_least(1)),
-    Setting("seed", None, "simulator seed", parse=int, env=""),
+    Setting("seed", None, "simulator seed [0]", parse=int, env=""),
     Setting(
         "base_time",
         None,
@@ -164,7 +194,15 @@ DEMO = (
         parse=parse_base_time,
         env="",
     ),
-    _timeout(600.0, "give up after this many seconds"),
+    Setting(
+        "time_limit",
+        600.0,
+        "seconds the whole demo may take before it gives up",
+        parse=float,
+        env="",
+        check=positive,
+        old=Old(flag="--timeout", key="timeout"),
+    ),
     Setting("keep", False, "keep the work directory (logs of every process)", switch=True, env=""),
     LOG_FORMAT,
 )

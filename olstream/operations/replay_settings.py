@@ -32,7 +32,7 @@ REPLAY_SETTINGS = (
     Setting(
         "until",
         None,
-        "end of the range, exclusive, as --since; default: the topic's end when the first run started",
+        "end of the range, exclusive, as --since [the topic's end when the first run started]",
         env="OLSTREAM_REPLAY_UNTIL",
     ),
     Setting("job", None, "only events of the job with this name", env="OLSTREAM_REPLAY_JOB"),
@@ -40,8 +40,8 @@ REPLAY_SETTINGS = (
     Setting(
         "group",
         None,
-        "the replay's consumer group (default: olstream-replay.TOPIC.HASH of destination, range and "
-        "filters); never the live sink's",
+        "the replay's consumer group, never the live sink's [olstream-replay.TOPIC.HASH of destination, "
+        "range and filters]",
         env="OLSTREAM_REPLAY_GROUP",
     ),
     Setting(

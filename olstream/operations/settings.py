@@ -10,31 +10,28 @@ from __future__ import annotations
 
 from olstream.contract import topics
 from olstream.eventlog.settings import LOG_URL
-from olstream.shared.config import BOOTSTRAP, Setting, at_least, positive
+from olstream.shared.config import BOOTSTRAP, Old, Setting, at_least, positive
 from olstream.shared.kafka_settings import KAFKA_CLIENT_SETTINGS
+from olstream.shared.pipeline_names import APP_ID, EVENTS_TOPIC_ENV, RECORDS_TOPIC_ENV, SINK_DLQ_TOPIC_ENV
 from olstream.shared.schema_registry import SCHEMA_REGISTRY_SETTINGS
 
 STATUS = (
     BOOTSTRAP,
     *KAFKA_CLIENT_SETTINGS,
     Setting(
-        "timeout",
+        "wait",
         10.0,
         "seconds to wait for the broker",
         parse=float,
         env="",
-        flag="--timeout",
         check=positive,
+        old=Old(flag="--timeout", key="timeout"),
     ),
 )
 """`olstream status` and `olstream errors list|show`: the broker, and how long to wait for it."""
 
 ERRORS_REDRIVE = (*STATUS, LOG_URL)
 """`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
-
-
-def _topic(key: str, default: str, what: str) -> Setting:
-    return Setting(key, default, what, env="")
 
 
 def _group_list(text: str) -> tuple[str, ...]:
@@ -46,12 +43,20 @@ def _group_list(text: str) -> tuple[str, ...]:
 
 EXPLAIN = (
     *STATUS,
-    _topic("records_topic", topics.EVENTLOG, "records topic (the source's output, the worker's input)"),
-    _topic("events_topic", topics.RUN_EVENTS, "events topic (the worker's output, the sinks' input)"),
-    _topic("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic"),
     Setting(
-        "app_id", "olstream-stream", "the worker's app id: its group, and its state `{app_id}-runs-changelog`"
+        "records_topic",
+        topics.EVENTLOG,
+        "records topic (the source's output, the worker's input)",
+        env=RECORDS_TOPIC_ENV,
     ),
+    Setting(
+        "events_topic",
+        topics.RUN_EVENTS,
+        "events topic (the worker's output, the sinks' input)",
+        env=EVENTS_TOPIC_ENV,
+    ),
+    Setting("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic", env=SINK_DLQ_TOPIC_ENV),
+    APP_ID,
     Setting(
         "sink_groups",
         None,

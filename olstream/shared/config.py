@@ -36,6 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import yaml
 
+from olstream.shared import deprecated
 from olstream.shared.errors import ConfigError
 from olstream.shared.logs import REDACTED, hide_userinfo, redact
 from olstream.shared.version import package_version
@@ -116,8 +117,21 @@ def log_level_name(v: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Old:
+    """A setting's names before this release, still read for one more; each use warns (`deprecated`)."""
+
+    env: str = ""
+    flag: str = ""
+    key: str = ""  # in its section of the --config file
+
+
+@dataclass(frozen=True, slots=True)
 class Setting:
-    """One setting, declared once. `env=""` means no environment variable; `flag=""` no flag."""
+    """One setting, declared once. `env=""` means no environment variable; `flag=""` no flag.
+
+    A `help` ending in `[TEXT]` names what a default of None stands for (`[<topic>.errors]`); the
+    help of its flag and docs/configuration.md show it as the default.
+    """
 
     key: str
     default: Any
@@ -130,6 +144,8 @@ class Setting:
     secret: bool = False
     switch: bool = False  # a flag without a value (store_true); env/file take true/false
     shared: bool = False  # every command has it: the file may give it at its top level
+    old: Old = Old()  # the names it had before this release
+    required: bool = False  # from its flag, variable or file: the command refuses to run without it
 
     @property
     def env_name(self) -> str:
@@ -138,6 +154,27 @@ class Setting:
     @property
     def flag_name(self) -> str:
         return "--" + self.key.replace("_", "-") if self.flag is None else self.flag
+
+    @property
+    def meaning(self) -> str:
+        """The help without the default it names."""
+        return self.help[: self.help.rindex(" [")] if self._named_default() else self.help
+
+    @property
+    def default_text(self) -> str:
+        """The default as the help and the docs show it: `(required)`, what None stands for, the value."""
+        if self.required:
+            return "(required)"
+        if self.default is None:
+            return self._named_default() or "(none)"
+        if self.switch:
+            return "true" if self.default else "false"
+        return str(self.default) if self.default != "" else "(empty)"
+
+    def _named_default(self) -> str:
+        if self.help.endswith("]") and " [" in self.help:
+            return self.help[self.help.rindex(" [") + 2 : -1]
+        return ""
 
     def convert(self, raw: Any) -> Any:
         """A raw value (a string from the environment, anything from YAML or a flag) as its type."""
@@ -164,7 +201,12 @@ class Setting:
 
 # Settings every service reads, declared here once.
 BOOTSTRAP = Setting(
-    "bootstrap", "127.0.0.1:9092", "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]", shared=True
+    "bootstrap",
+    "127.0.0.1:9092",
+    "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]",
+    env="OLSTREAM_KAFKA_BOOTSTRAP",
+    shared=True,
+    old=Old(env="OLSTREAM_BOOTSTRAP"),
 )
 LOG_FORMAT = Setting("log_format", "text", "log lines as text or JSON", choices=("text", "json"), shared=True)
 LOG_LEVEL = Setting(
@@ -235,6 +277,9 @@ class FileLayer:
 
     def get(self, s: Setting) -> Any:
         value = self.values.get(s.key)
+        if s.old.key and (old := self.values.get(s.old.key)) is not None:
+            deprecated.used(f"{self.origin}: key", s.old.key, s.key, both=value is not None)
+            value = old if value is None else value
         if value is None and s.shared:
             value = self.shared.get(s.key)
         return value
@@ -245,14 +290,29 @@ def add_flags(parser: argparse.ArgumentParser | Any, settings: Iterable[Setting]
     for s in (*settings, CONFIG_FILE):
         if not s.flag_name:
             continue
-        where = [f"env {s.env_name}"] if s.env_name else []
-        if s.default is not None and not s.secret:
-            where.append(f"default {s.default}")
-        text = f"{s.help} [{'; '.join(where)}]" if where else s.help
-        if s.switch:
-            parser.add_argument(s.flag_name, dest=s.key, action="store_true", default=None, help=text)
-        else:
-            parser.add_argument(s.flag_name, dest=s.key, default=None, choices=s.choices, help=text)
+        shown = "" if s.secret and not s.required else s.default_text
+        text = help_text(s.meaning, s.env_name, shown)
+        for flag, dest, shown in ((s.flag_name, s.key, text), (s.old.flag, old_dest(s), argparse.SUPPRESS)):
+            if not flag:
+                continue
+            if s.switch:
+                parser.add_argument(flag, dest=dest, action="store_true", default=None, help=shown)
+            else:
+                parser.add_argument(flag, dest=dest, default=None, choices=s.choices, help=shown)
+
+
+def help_text(what: str, env: str = "", default: str = "") -> str:
+    """A flag's help as every flag shows it: `what [env NAME; default VALUE]` (`required` instead of a
+    default that a required setting has not)."""
+    bare = default[1:-1] if default.startswith("(") and default.endswith(")") else default  # (none): none
+    shown = "required" if default == "(required)" else f"default {bare}" if default else ""
+    where = "; ".join(part for part in (f"env {env}" if env else "", shown) if part)
+    return f"{what} [{where}]" if where else what
+
+
+def old_dest(s: Setting) -> str:
+    """Where the parser keeps the value of a setting's old flag (the resolver warns when it is used)."""
+    return f"{s.key}__old_flag"
 
 
 def add_print_config(parser: argparse.ArgumentParser | Any) -> None:
@@ -322,10 +382,20 @@ def resolve(
     for s in settings:
         raw: Any = None
         origin = "default"
-        if flags.get(s.key) not in (None, ""):
-            raw, origin = flags[s.key], "flag"
-        elif s.env_name and environ.get(s.env_name):
-            raw, origin = environ[s.env_name], f"env {s.env_name}"
+        flag = deprecated.first_given(
+            "flag", s.flag_name, flags.get(s.key), s.old.flag, flags.get(old_dest(s))
+        )
+        env = deprecated.first_given(
+            "environment variable",
+            s.env_name,
+            environ.get(s.env_name or "-"),
+            s.old.env,
+            environ.get(s.old.env),
+        )
+        if flag is not None:
+            raw, origin, spelled = flag[0], "flag", flag[1]
+        elif env is not None:
+            raw, origin = env[0], f"env {env[1]}"
         else:
             for layer in files:
                 if (given := layer.get(s)) is not None:
@@ -338,7 +408,7 @@ def resolve(
             values[s.key] = s.convert(raw)
         except (TypeError, ValueError) as e:
             shown = REDACTED if s.secret else repr(redact_url(raw))
-            where = f"flag {s.flag_name}" if origin == "flag" else origin
+            where = f"flag {spelled}" if origin == "flag" else origin
             raise ConfigError(f"invalid {command} setting {s.key} {shown} (from {where}): {e}") from e
         origins[s.key] = origin
     return Resolved(command, values, origins, frozenset(s.key for s in settings if s.secret))
@@ -353,14 +423,8 @@ def reference_rows(settings: Iterable[Setting]) -> list[tuple[str, str, str, str
     """(flag, environment variable, default, meaning) per setting, for docs/configuration.md."""
     rows = []
     for s in settings:
-        if s.default is None:
-            default = "(none)"
-        elif s.switch:
-            default = "true" if s.default else "false"
-        else:
-            default = str(s.default) if s.default != "" else "(empty)"
-        meaning = s.help + (f" (one of: {', '.join(s.choices)})" if s.choices else "")
-        rows.append((s.flag_name or "-", s.env_name or "-", default, meaning))
+        meaning = s.meaning + (f" (one of: {', '.join(s.choices)})" if s.choices else "")
+        rows.append((s.flag_name or "-", s.env_name or "-", s.default_text, meaning))
     return rows
 
 

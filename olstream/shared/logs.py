@@ -18,6 +18,7 @@ import sys
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
+from olstream.shared import deprecated
 from olstream.shared.connection_logs import ConnectionLogFold
 
 _SECRETS: set[str] = set()
@@ -118,3 +119,4 @@ def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     for noisy in ("aiokafka", "faust", "mode", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    deprecated.flush()  # the old names the settings were resolved from, now in this format

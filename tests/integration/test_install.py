@@ -306,7 +306,7 @@ def test_the_installed_wheel_runs_kafka_postgres_and_the_demo(installed: Install
         out = installed.work / "lineage.jsonl"
         summary = installed.run("demo", "--bootstrap", f"127.0.0.1:{port}", "--runs", "20",
                                 "--workers", "1", "--partitions", "2", "--seed", "7", "--out", str(out),
-                                "--timeout", "240")  # fmt: skip
+                                "--time-limit", "240")  # fmt: skip
         assert out.stat().st_size > 0, summary
         if shutil.which("dot"):
             assert (installed.work / "lineage.svg").stat().st_size > 0, summary
@@ -327,13 +327,18 @@ def test_the_installed_wheel_runs_kafka_postgres_and_the_demo(installed: Install
 @pytest.mark.integration
 @pytest.mark.marquez
 def test_the_installed_wheel_runs_marquez_from_the_shared_jar(installed: Installed) -> None:
-    jar = os.environ.get("OLSTREAM_MARQUEZ_JAR") or shared_marquez_jar()
+    jar = os.environ.get("OLSTREAM_LOCAL_MARQUEZ_JAR") or shared_marquez_jar()
     if jar is None:
-        pytest.skip("no Marquez server jar: none in ../shared/marquez/ and OLSTREAM_MARQUEZ_JAR is unset")
+        pytest.skip(
+            "no Marquez server jar: none in ../shared/marquez/ and OLSTREAM_LOCAL_MARQUEZ_JAR is unset"
+        )
     pg_dir = Path(tempfile.mkdtemp(prefix="olstream-install-pg-"))
     pg_dir.chmod(0o755)  # PostgreSQL runs as the `postgres` account when the tests run as root
     # `marquez up` keeps its database on the local `olstream postgres` (started when not running)
-    local_pg = {"OLSTREAM_PG_DATA_DIR": str(pg_dir / "data"), "OLSTREAM_PG_PORT": str(free_port())}
+    local_pg = {
+        "OLSTREAM_LOCAL_POSTGRES_DATA_DIR": str(pg_dir / "data"),
+        "OLSTREAM_LOCAL_POSTGRES_PORT": str(free_port()),
+    }
     api = free_port()
     marquez = ("--data-dir", str(installed.work / "marquez"))
     try:

@@ -356,8 +356,8 @@ def test_every_container_has_the_default_resources() -> None:
 
 @pytest.mark.parametrize("values", VALUES, ids=ids(VALUES))
 def test_every_pod_carries_its_components_kafka_client_settings(values: Path) -> None:
-    """OLSTREAM_BOOTSTRAP and OLSTREAM_KAFKA_* of each pod are its section's connection: an `olstream`
-    command exec'd there (status, errors, explain: the file gives them none) connects as the pod's
+    """OLSTREAM_KAFKA_BOOTSTRAP and the other OLSTREAM_KAFKA_* of each pod are its section's connection: an
+    `olstream` command exec'd there (status, errors, explain: the file gives them none) connects as the pod's
     component; the helm test's pod as tests.kafkaUser's."""
     objects = render(values)
     doc = config_file(objects)
@@ -367,9 +367,10 @@ def test_every_pod_carries_its_components_kafka_client_settings(values: Path) ->
         command = container["args"][0]
         section = doc[defaults["tests"]["kafkaUser"] if command == "status" else command]
         env = env_of(container)
-        assert env["OLSTREAM_BOOTSTRAP"] == section.get("bootstrap", doc["bootstrap"]), name
+        assert env["OLSTREAM_KAFKA_BOOTSTRAP"] == section.get("bootstrap", doc["bootstrap"]), name
         expected = {f"OLSTREAM_{k.upper()}": str(section[k]) for k in KAFKA_CLIENT_KEYS if k in section}
         shown = {k: v for k, v in env.items() if k.startswith("OLSTREAM_KAFKA_")}
+        shown.pop("OLSTREAM_KAFKA_BOOTSTRAP")  # the bootstrap, asserted above
         assert shown == expected, name
         if section.get("kafka_sasl_mechanism"):
             assert any(v["name"] == "OLSTREAM_KAFKA_SASL_PASSWORD" for v in container["env"]), name
@@ -420,7 +421,7 @@ def test_the_helm_test_pod_runs_status_on_the_releases_topics(values: Path, tmp_
     assert pod["spec"]["restartPolicy"] == "Never"
     (container,) = pod["spec"]["containers"]
     args = container["args"]
-    assert args[:3] == ["status", "--timeout", "30"]
+    assert args[:3] == ["status", "--wait", "30"]
     topics = args[4::2]
     assert all(flag == "--topic" for flag in args[3::2])
     rendered = {t["spec"]["topicName"] for t in by_kind(objects, "KafkaTopic")}

@@ -32,7 +32,8 @@ def _demo(  # type: ignore[no-untyped-def]
     """`olstream demo` with 2 workers over 3 partitions; its output captured, its exit code not checked."""
     return subprocess.run(
         [*cmd, "demo", "--runs", str(runs), "--workers", "2", "--partitions", "3", "--seed", str(seed),
-         "--bootstrap", bootstrap, *(["--url", url] if url else []), "--out", str(out), "--timeout", "240"],
+         "--bootstrap", bootstrap, *(["--url", url] if url else []), "--out", str(out),
+         "--time-limit", "240"],
         env={**env, "COLUMNS": str(columns)},
         capture_output=True,
         text=True,

@@ -96,7 +96,7 @@ def test_kafka_up_rejects_a_bad_config(
     data_dir = server_dir / "broken"
     # The same port for the client and the controller listener: Kafka rejects the config.
     cmd = [*olstream_cmd, "kafka", "up", "--port", str(port), "--controller-port", str(port)]
-    result = run([*cmd, "--data-dir", str(data_dir), "--timeout", "60"], subprocess_env)
+    result = run([*cmd, "--data-dir", str(data_dir), "--start-timeout", "60"], subprocess_env)
     assert result.returncode != 0
     assert "olstream kafka up:" in result.stderr
     assert "port" in result.stderr.lower()
@@ -123,7 +123,7 @@ def test_kafka_up_timeout_prints_the_log_tail_and_kills_the_broker(
     controller = free_port(avoid=frozenset({port}))
     data_dir = server_dir / "slow"
     cmd = [*olstream_cmd, "kafka", "up", "--port", str(port), "--controller-port", str(controller)]
-    result = run([*cmd, "--data-dir", str(data_dir), "--timeout", "1"], subprocess_env)
+    result = run([*cmd, "--data-dir", str(data_dir), "--start-timeout", "1"], subprocess_env)
     assert result.returncode != 0
     assert "did not start" in result.stderr
     assert "last lines of" in result.stderr

@@ -149,7 +149,7 @@ def test_three_nodes_survive_a_kill_9_and_up_restarts_only_the_missing_node(
 ) -> None:
     settings = settings_for(data_dir, brokers=3)
     up = [*olstream_cmd, "kafka", "up", "--brokers", "3", "--port", str(settings.port)]
-    up += ["--data-dir", str(data_dir), "--timeout", str(START_TIMEOUT)]
+    up += ["--data-dir", str(data_dir), "--start-timeout", str(START_TIMEOUT)]
     started = time.monotonic()
     first = run(up, subprocess_env)
     assert first.returncode == 0, first.stderr
@@ -249,7 +249,7 @@ def test_sasl_ssl_node_takes_scram_and_plain_and_refuses_bad_credentials_and_oth
 ) -> None:
     settings = settings_for(data_dir, security="sasl_ssl")
     up = [*olstream_cmd, "kafka", "up", "--security", "sasl_ssl", "--port", str(settings.port)]
-    up += ["--data-dir", str(data_dir), "--timeout", str(START_TIMEOUT)]
+    up += ["--data-dir", str(data_dir), "--start-timeout", str(START_TIMEOUT)]
     first = run(up, subprocess_env)
     assert first.returncode == 0, first.stderr
     bootstrap = first.stdout.strip().splitlines()[-1]

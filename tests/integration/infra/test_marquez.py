@@ -1,7 +1,7 @@
 """The whole pipeline (simulator -> source -> worker -> sink) into a real Marquez, checked via its REST API.
 
 Marquez is started once for the session (`olstream.infra.marquez.up`, from the Marquez jar in
-../shared/marquez/ or OLSTREAM_MARQUEZ_JAR, on the test PostgreSQL) and stopped afterwards;
+../shared/marquez/ or OLSTREAM_LOCAL_MARQUEZ_JAR, on the test PostgreSQL) and stopped afterwards;
 `OLSTREAM_MARQUEZ_URL` points the test at one already running. Where none is there the test skips
 and says why. The test checks only its own workload: every job name starts with a prefix unique
 to the run (`--job-prefix`), so a Marquez that holds other lineage (the demo's, an earlier run's)
@@ -49,9 +49,9 @@ def marquez_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if external:
         yield external.rstrip("/")
         return
-    # OLSTREAM_MARQUEZ_VERSION, OLSTREAM_MARQUEZ_JAR
+    # OLSTREAM_LOCAL_MARQUEZ_VERSION, OLSTREAM_LOCAL_MARQUEZ_JAR
     configured = resolve("marquez", MARQUEZ_UP, {}, os.environ)
-    # without OLSTREAM_MARQUEZ_JAR: the Marquez server jar in ../shared/marquez/, where CI has one
+    # without OLSTREAM_LOCAL_MARQUEZ_JAR: the Marquez server jar in ../shared/marquez/, where CI has one
     jar = configured["jar"] or shared_marquez_jar()
     try:
         marquez.resolve_classpath(configured["version"], jar)
@@ -337,7 +337,7 @@ def test_demo_dated_today_shows_in_marquez_s_events_for_today(
     began = datetime.now(UTC)
     done = subprocess.run(
         [*olstream_cmd, "demo", "--runs", "40", "--workers", "1", "--partitions", "3", "--seed", "21",
-         "--bootstrap", kafka_bootstrap, "--url", marquez_url, "--timeout", "240"],
+         "--bootstrap", kafka_bootstrap, "--url", marquez_url, "--time-limit", "240"],
         env={**subprocess_env, "COLUMNS": "160"}, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -62,12 +62,13 @@ INFRA_COMMANDS = {
 def test_every_infrastructure_command_prints_its_config(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OLSTREAM_KAFKA_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("OLSTREAM_LOCAL_KAFKA_DATA_DIR", str(tmp_path))
     assert olstream_main([*INFRA_COMMANDS[command], "--print-config"]) == ExitCode.OK
     doc = json.loads(capsys.readouterr().out)
     if command.startswith("kafka"):
         assert (
-            doc["data_dir"] == str(tmp_path) and doc["sources"]["data_dir"] == "env OLSTREAM_KAFKA_DATA_DIR"
+            doc["data_dir"] == str(tmp_path)
+            and doc["sources"]["data_dir"] == "env OLSTREAM_LOCAL_KAFKA_DATA_DIR"
         )
 
 
@@ -79,10 +80,10 @@ def test_every_infrastructure_command_prints_its_config(
         ("sink", "--concurrency", "lots"),
         ("simulate", "--seed", "x"),
         ("kafka up", "--port", "x"),
-        ("postgres up", "--timeout", "-1"),
+        ("postgres up", "--start-timeout", "-1"),
         ("marquez", "--port", "0"),
         ("demo", "--runs", "0"),
-        ("status", "--timeout", "soon"),
+        ("status", "--wait", "soon"),
     ],
 )
 def test_an_invalid_setting_is_one_line_and_exit_2(

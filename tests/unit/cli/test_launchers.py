@@ -4,6 +4,7 @@ and `status` take only their own flags, and no help text says Maven resolves Mar
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +16,12 @@ from olstream.shared.errors import ExitCode
 
 LAUNCHERS = ("kafka", "postgres", "mirror", "marquez", "registry")
 EVERY_ACTION = {"-h", "--help", "--data-dir", "--log-format", "--config", "--print-config"}
-STOP_WAIT = {  # the flag bounding how long `down` waits before SIGKILL
-    "kafka": {"--timeout"},
-    "postgres": {"--timeout"},
+STOP_WAIT = {  # the flag bounding how long `down` waits before SIGKILL (and its hidden old spelling)
+    "kafka": {"--stop-timeout", "--timeout"},
+    "postgres": {"--stop-timeout", "--timeout"},
     "mirror": {"--stop-timeout"},
     "marquez": set(),  # `down` stops it with the launchers' 30 s
-    "registry": {"--timeout"},
+    "registry": {"--stop-timeout", "--timeout"},
 }
 
 
@@ -101,3 +102,48 @@ def test_no_help_text_says_maven_resolves_marquez() -> None:
     assert said == []
     jar = dict(texts)["olstream marquez up --jar"]
     assert "../shared/marquez/" in jar and "does not serve" in jar
+
+
+ONE_STYLE = re.compile(
+    r"^[^\[]*(\[[^\]]*\][^\[]*)*\[(env [A-Z_]+(; (default .+|required))?|default .+|required)\]$"
+)
+NO_VALUE = {"-h", "--help", "--version", "--print-config", "--config"}
+
+
+def test_every_flag_shows_its_default_one_way() -> None:
+    """`what [env NAME; default VALUE]` (`required` for a setting without which the command refuses to
+    run), never `(default: ...)`, `(env ...)`, `(required)` or a bare `[VALUE]`; a secret shows only its
+    variable."""
+    parser = build_parser()
+    wrong = []
+    for where, text in helps(parser):
+        flag = where.rsplit(" ", 1)[-1]
+        if not flag.startswith("-") or set(flag.split("/")) & NO_VALUE or text == argparse.SUPPRESS:
+            continue
+        if not ONE_STYLE.match(text) or "(default" in text or "(env " in text or "(required)" in text:
+            wrong.append(f"{where}: {text}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        ("source", "--log"),
+        ("log simulate", "--log"),
+        ("log simulate", "--runs"),
+        ("mirror up", "--source-bootstrap"),
+        ("mirror up", "--target-bootstrap"),
+    ],
+)
+def test_a_required_setting_says_so_and_is_refused_when_missing(
+    command: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    texts = dict(helps(build_parser()))
+    assert texts[f"olstream {command} {flag}"].endswith("required]")
+    given = {
+        "source": ["source"],
+        "log simulate": ["log", "simulate", *([] if flag == "--log" else ["--log", "sqlite:///x.db"])],
+        "mirror up": ["mirror", "up", *({"--source-bootstrap", "--target-bootstrap"} - {flag}), "k:1"],
+    }[command]
+    assert olstream_main(given) == 2
+    assert flag in capsys.readouterr().err

@@ -47,7 +47,7 @@ def test_without_package_metadata_the_version_is_the_modules(monkeypatch: pytest
 def test_print_config_names_the_version(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OLSTREAM_KAFKA_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("OLSTREAM_LOCAL_KAFKA_DATA_DIR", str(tmp_path))
     assert olstream_main([*argv, "--print-config"]) == ExitCode.OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["olstream_version"] == version.package_version()

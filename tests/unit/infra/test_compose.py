@@ -93,7 +93,7 @@ def test_workers_scale_to_two_replicas_without_fixed_names(compose: dict[str, An
 def test_pipeline_environment_points_at_kafka_and_marquez(compose: dict[str, Any]) -> None:
     s = _services(compose)
     for name in OLSTREAM_SERVICES:
-        assert s[name]["environment"]["OLSTREAM_BOOTSTRAP"] == "kafka:9092"
+        assert s[name]["environment"]["OLSTREAM_KAFKA_BOOTSTRAP"] == "kafka:9092"
     assert s["source"]["environment"]["OLSTREAM_LOG_URL"].startswith("postgresql://")
     assert "@eventlog-db:5432/" in s["source"]["environment"]["OLSTREAM_LOG_URL"]
     port = s["marquez"]["environment"]["MARQUEZ_PORT"]
@@ -102,11 +102,12 @@ def test_pipeline_environment_points_at_kafka_and_marquez(compose: dict[str, Any
     assert s["marquez-web"]["environment"]["MARQUEZ_PORT"] == port
     # the sink, source and workers agree on topic names
     assert (
-        s["source"]["environment"]["OLSTREAM_SOURCE_TOPIC"]
-        == s["worker"]["environment"]["OLSTREAM_INPUT_TOPIC"]
+        s["source"]["environment"]["OLSTREAM_RECORDS_TOPIC"]
+        == s["worker"]["environment"]["OLSTREAM_RECORDS_TOPIC"]
     )
     assert (
-        s["worker"]["environment"]["OLSTREAM_OUTPUT_TOPIC"] == s["sink"]["environment"]["OLSTREAM_SINK_TOPIC"]
+        s["worker"]["environment"]["OLSTREAM_EVENTS_TOPIC"]
+        == s["sink"]["environment"]["OLSTREAM_EVENTS_TOPIC"]
     )
 
 
@@ -212,18 +213,19 @@ def test_the_production_variant_reads_kafka_security_from_a_secret_and_replicate
         path = env["OLSTREAM_KAFKA_CONFIG"]
         assert path.startswith("/run/secrets/") and path.rsplit("/", 1)[1] in s[name]["secrets"]
         assert "kafka-ca.pem" in s[name]["secrets"]
-        assert len(env["OLSTREAM_BOOTSTRAP"].split(",")) == 3
+        assert len(env["OLSTREAM_KAFKA_BOOTSTRAP"].split(",")) == 3
         # no secret in the file itself: passwords live in the mounted secrets and the env file
         assert not any("PASSWORD" in key or "API_KEY" in key for key in env), name
     assert set(secrets) >= {"kafka-client.properties", "kafka-ca.pem"}
     text = (ROOT / "docker-compose.production.yml").read_text(encoding="utf-8")
     assert "ssl.ca.location=/run/secrets/kafka-ca.pem" in text and "security.protocol=SASL_SSL" in text
     assert (
-        s["worker"]["environment"]["OLSTREAM_INPUT_TOPIC"]
-        == s["source"]["environment"]["OLSTREAM_SOURCE_TOPIC"]
+        s["worker"]["environment"]["OLSTREAM_RECORDS_TOPIC"]
+        == s["source"]["environment"]["OLSTREAM_RECORDS_TOPIC"]
     )
     assert (
-        s["sink"]["environment"]["OLSTREAM_SINK_TOPIC"] == s["worker"]["environment"]["OLSTREAM_OUTPUT_TOPIC"]
+        s["sink"]["environment"]["OLSTREAM_EVENTS_TOPIC"]
+        == s["worker"]["environment"]["OLSTREAM_EVENTS_TOPIC"]
     )
 
 

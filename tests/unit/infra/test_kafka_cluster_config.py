@@ -217,7 +217,12 @@ def test_unreadable_credentials_are_named_without_their_content(tmp_path: Path) 
 
 
 def test_settings_resolve_brokers_and_security() -> None:
-    r = resolve("kafka", KAFKA_UP, {}, {"OLSTREAM_KAFKA_BROKERS": "3", "OLSTREAM_KAFKA_SECURITY": "sasl_ssl"})
+    r = resolve(
+        "kafka",
+        KAFKA_UP,
+        {},
+        {"OLSTREAM_LOCAL_KAFKA_BROKERS": "3", "OLSTREAM_LOCAL_KAFKA_SECURITY": "sasl_ssl"},
+    )
     assert (r["brokers"], r["security"]) == (3, "sasl_ssl")
     r = resolve("kafka", KAFKA_UP, {}, {})
     assert (r["brokers"], r["security"]) == (1, "plaintext")

@@ -106,12 +106,12 @@ def test_server_properties_are_written_as_java_reads_them() -> None:
 
 
 def test_directories_follow_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("OLSTREAM_KAFKA_DATA_DIR", raising=False)
+    monkeypatch.delenv("OLSTREAM_LOCAL_KAFKA_DATA_DIR", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert default_data_dir() == tmp_path / "state" / "olstream" / "kafka"
     assert jar_cache_dir("4.4.0") == tmp_path / "cache" / "olstream" / "kafka" / "4.4.0" / "libs"
-    monkeypatch.setenv("OLSTREAM_KAFKA_DATA_DIR", str(tmp_path / "k"))
+    monkeypatch.setenv("OLSTREAM_LOCAL_KAFKA_DATA_DIR", str(tmp_path / "k"))
     resolved = resolve("kafka", KAFKA_UP, {}, os.environ)  # the variable is a setting of `olstream kafka`
     assert data_dir_of(resolved, default_data_dir()) == tmp_path / "k"
 

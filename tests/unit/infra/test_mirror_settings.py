@@ -39,9 +39,9 @@ def test_flags_environment_and_file(tmp_path: Path) -> None:
         "mirror:\n  replication_factor: 3\n  topics: 'olstream\\.eventlog|other'\n  data_dir: /x\n"
     )
     env = {
-        "OLSTREAM_MIRROR_SOURCE_BOOTSTRAP": "env-a:9092",
-        "OLSTREAM_MIRROR_TARGET_BOOTSTRAP": "env-b:9092",
-        "OLSTREAM_MIRROR_DATA_DIR": str(tmp_path),
+        "OLSTREAM_LOCAL_MIRROR_SOURCE_BOOTSTRAP": "env-a:9092",
+        "OLSTREAM_LOCAL_MIRROR_TARGET_BOOTSTRAP": "env-b:9092",
+        "OLSTREAM_LOCAL_MIRROR_DATA_DIR": str(tmp_path),
     }
     flags = {"config": str(config), "target_bootstrap": "flag-b:9092", "replication_policy": "identity"}
     r = resolve("mirror", MIRROR_UP, flags, env)
@@ -108,12 +108,15 @@ def test_up_without_a_cluster_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_
 def test_every_action_prints_its_config(
     action: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OLSTREAM_MIRROR_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("OLSTREAM_LOCAL_MIRROR_DATA_DIR", str(tmp_path))
     assert olstream_main(["mirror", action, "--print-config"]) == ExitCode.OK
     doc = json.loads(capsys.readouterr().out)
     declared = {"up": MIRROR_UP, "down": MIRROR_DOWN, "status": MIRROR_STATUS}[action]
     assert {s.key for s in declared} <= set(doc["sources"])
-    assert doc["data_dir"] == str(tmp_path) and doc["sources"]["data_dir"] == "env OLSTREAM_MIRROR_DATA_DIR"
+    assert (
+        doc["data_dir"] == str(tmp_path)
+        and doc["sources"]["data_dir"] == "env OLSTREAM_LOCAL_MIRROR_DATA_DIR"
+    )
 
 
 def test_status_of_nothing_is_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -283,7 +283,7 @@ def test_a_uuid_is_recognised_in_any_case() -> None:
             ["explain", "not-a-uuid", "--kind", "run-id", "--bootstrap", "127.0.0.1:1"],
             "not an OpenLineage run id",
         ),
-        (["explain", "r1", "--bootstrap", "127.0.0.1:1", "--timeout", "0.5"], "did not answer"),
+        (["explain", "r1", "--bootstrap", "127.0.0.1:1", "--wait", "0.5"], "did not answer"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(

@@ -154,7 +154,7 @@ def test_a_child_that_only_references_its_parent_gets_running_events_too() -> No
 
 
 def test_the_setting_from_flag_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("OLSTREAM_RUNNING_EVENTS", raising=False)
+    monkeypatch.delenv("OLSTREAM_WORKER_RUNNING_EVENTS", raising=False)
     parse = build_parser().parse_args
     assert not build_settings(parse(["worker"])).mapping.running_events
     assert build_settings(parse(["worker", "--running-events", "on"])).mapping.running_events
@@ -162,12 +162,12 @@ def test_the_setting_from_flag_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp
     path.write_text("worker:\n  running_events: 'on'\n")
     settings, resolved = resolve_worker_settings({"config": str(path)}, {})
     assert settings.mapping.running_events and resolved.origins["running_events"] == f"file {path}"
-    settings, _ = resolve_worker_settings({"config": str(path)}, {"OLSTREAM_RUNNING_EVENTS": "off"})
+    settings, _ = resolve_worker_settings({"config": str(path)}, {"OLSTREAM_WORKER_RUNNING_EVENTS": "off"})
     assert not settings.mapping.running_events
-    monkeypatch.setenv("OLSTREAM_RUNNING_EVENTS", "on")
+    monkeypatch.setenv("OLSTREAM_WORKER_RUNNING_EVENTS", "on")
     assert build_settings(parse(["worker"])).mapping.running_events
     assert not build_settings(parse(["worker", "--running-events", "off"])).mapping.running_events
-    monkeypatch.setenv("OLSTREAM_RUNNING_EVENTS", "sometimes")
+    monkeypatch.setenv("OLSTREAM_WORKER_RUNNING_EVENTS", "sometimes")
     with pytest.raises(ConfigError, match="running events must be one of on, off"):
         build_settings(parse(["worker"]))
 

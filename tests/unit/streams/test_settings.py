@@ -15,7 +15,7 @@ def parse(*argv: str):  # type: ignore[no-untyped-def]
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("BOOTSTRAP", "APP_ID", "DATA_DIR", "RETENTION_SECONDS", "JOB_PREFIX"):
+    for name in ("KAFKA_BOOTSTRAP", "APP_ID", "WORKER_DATA_DIR", "WORKER_RETENTION", "WORKER_JOB_PREFIX"):
         monkeypatch.delenv(f"OLSTREAM_{name}", raising=False)
     s = build_settings(parse())
     assert s.input_topic == "olstream.eventlog" and s.output_topic == "openlineage.events"
@@ -25,26 +25,26 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_env_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OLSTREAM_BOOTSTRAP", "envhost:1")
-    monkeypatch.setenv("OLSTREAM_JOB_PREFIX", "env.")
-    monkeypatch.setenv("OLSTREAM_RETENTION_SECONDS", "60")
+    monkeypatch.setenv("OLSTREAM_KAFKA_BOOTSTRAP", "envhost:1")
+    monkeypatch.setenv("OLSTREAM_WORKER_JOB_PREFIX", "env.")
+    monkeypatch.setenv("OLSTREAM_WORKER_RETENTION", "60")
     s = build_settings(parse("--job-prefix", "flag.", "--until-idle", "--app-id", "a1"))
     assert s.bootstrap == "envhost:1" and s.mapping.job_prefix == "flag."
     assert s.retention_ms == 60_000 and s.until_idle and s.app_id == "a1"
 
 
 def test_invalid_number_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OLSTREAM_BATCH_SIZE", "many")
+    monkeypatch.setenv("OLSTREAM_WORKER_BATCH_SIZE", "many")
     with pytest.raises(ConfigError, match="invalid worker setting"):
         build_settings(parse())
 
 
 def test_job_names_default_env_and_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OLSTREAM_JOB_NAMES", raising=False)
+    monkeypatch.delenv("OLSTREAM_WORKER_JOB_NAMES", raising=False)
     assert build_settings(parse()).mapping.job_names == "hierarchical"
-    monkeypatch.setenv("OLSTREAM_JOB_NAMES", "flat")
+    monkeypatch.setenv("OLSTREAM_WORKER_JOB_NAMES", "flat")
     assert build_settings(parse()).mapping.job_names == "flat"
     assert build_settings(parse("--job-names", "hierarchical")).mapping.job_names == "hierarchical"
-    monkeypatch.setenv("OLSTREAM_JOB_NAMES", "dotted")
+    monkeypatch.setenv("OLSTREAM_WORKER_JOB_NAMES", "dotted")
     with pytest.raises(ConfigError, match="job names must be one of hierarchical, flat"):
         build_settings(parse())

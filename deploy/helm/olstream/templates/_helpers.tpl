@@ -257,7 +257,7 @@ the values of the file, which the component itself reads: (dict "root" $ "compon
 {{- define "olstream.kafkaEnv" -}}
 {{- $root := .root -}}
 {{- $s := include "olstream.componentSection" (dict "root" $root "component" .component) | fromYaml -}}
-- name: OLSTREAM_BOOTSTRAP
+- name: OLSTREAM_KAFKA_BOOTSTRAP
   value: {{ $s.bootstrap | default (($root.Values.config | default dict).bootstrap) | default (include "olstream.bootstrap" $root) | quote }}
 {{- range $key := list "kafka_config" "kafka_security_protocol" "kafka_sasl_mechanism" "kafka_sasl_username" "kafka_ssl_ca" "kafka_ssl_cert" "kafka_ssl_key" "kafka_ssl_endpoint_identification" }}
 {{- if hasKey $s $key }}

@@ -129,7 +129,7 @@ def test_retriable_answers_hangs_drops_and_misconfiguration_are_retried_without_
             Reply(503),
         )
         rc = run_sink(
-            kafka_bootstrap, topic, unique_group, "--url", receiver.url, "--timeout", "1",
+            kafka_bootstrap, topic, unique_group, "--url", receiver.url, "--http-timeout", "1",
             "--max-backoff", "1", "--concurrency", "1", "--dlq-topic", f"{topic}.dlq", log_path=log,
         )  # fmt: skip
         accepted = receiver.accepted

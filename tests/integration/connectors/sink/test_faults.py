@@ -29,10 +29,10 @@ MakeTopic = Callable[..., str]
 OUTAGE_SECONDS = 60
 
 
-
 def distinct(receiver: Receiver) -> int:
     """Distinct event bodies the receiver accepted."""
     return len({r.body for r in receiver.accepted})
+
 
 def test_a_60_second_outage_and_a_hanging_receiver_are_recovered_without_loss(
     kafka_bootstrap: str, make_topic: MakeTopic, unique_group: str, tmp_path: Path
@@ -43,7 +43,7 @@ def test_a_60_second_outage_and_a_hanging_receiver_are_recovered_without_loss(
     log = tmp_path / "sink.log"
     with Receiver() as receiver:
         sink = start_sink(
-            kafka_bootstrap, topic, unique_group, "--url", receiver.url, "--timeout", "2",
+            kafka_bootstrap, topic, unique_group, "--url", receiver.url, "--http-timeout", "2",
             "--max-backoff", "5", "--max-buffered", "200", "--dlq-topic", f"{topic}.dlq", log_path=log,
         )  # fmt: skip
         try:

@@ -234,7 +234,7 @@ def test_an_unreachable_broker_at_start_exits_2_with_a_clear_error(
     write_log(url, 10)
     started = time.monotonic()
     result = subprocess.run(
-        [*olstream_cmd, "source", "--log", url, "--bootstrap", "127.0.0.1:1", "--connect-timeout", "2"],
+        [*olstream_cmd, "source", "--log", url, "--bootstrap", "127.0.0.1:1", "--wait", "2"],
         env=subprocess_env,
         capture_output=True,
         text=True,
@@ -261,7 +261,7 @@ def test_a_broker_that_goes_away_while_running_is_waited_for(
     kafka.start_broker(settings)
     url = f"sqlite:///{tmp_path / 'events.db'}"
     write_log(url, 20_000)
-    env = {**subprocess_env, "OLSTREAM_BOOTSTRAP": settings.bootstrap}
+    env = {**subprocess_env, "OLSTREAM_KAFKA_BOOTSTRAP": settings.bootstrap}
     proc = start_source(olstream_cmd, env, url, unique_topic, tmp_path / "source.log")
     try:
         wait_for_text(tmp_path / "source.log", "resuming after")

@@ -28,7 +28,7 @@ def _own_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings_for(url: str, tmp_path: Any) -> SinkSettings:
-    return build_settings({"url": url, "timeout": 2, "connect_timeout": 1}, {}, tmp_path, tmp_path)
+    return build_settings({"url": url, "http_timeout": 2, "connect_timeout": 1}, {}, tmp_path, tmp_path)
 
 
 async def post_once(transport: HttpTransport) -> DeliveryResult:

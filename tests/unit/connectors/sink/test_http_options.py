@@ -29,7 +29,7 @@ def _own_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def settings_for(receiver: Receiver, env: dict[str, str], tmp_path: Path, **flags: Any) -> SinkSettings:
     env = {"OPENLINEAGE_URL": receiver.url, **env}
-    return build_settings({"timeout": 5, **flags}, env, tmp_path, tmp_path)
+    return build_settings({"http_timeout": 5, **flags}, env, tmp_path, tmp_path)
 
 
 async def deliver(transport: HttpTransport, values: list[bytes], batch: bool = False) -> list[Outcome]:

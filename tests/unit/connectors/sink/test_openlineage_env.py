@@ -104,7 +104,7 @@ def test_nested_http_settings_keys_lower_cased_and_their_sources(tmp_path: Path)
     assert s.headers == (("x_org", ORG),)  # the header name openlineage-python sends: lower case, `_`
     sources = dict(s.sources)
     assert sources["url"] == f"env {T}URL" and sources["api_key"] == f"env {T}AUTH__APIKEY"
-    assert sources["timeout"] == f"env {T}TIMEOUT" and sources["transport"] == f"env {T}TYPE"
+    assert sources["http_timeout"] == f"env {T}TIMEOUT" and sources["transport"] == f"env {T}TYPE"
     assert sources["custom_headers.x_org"] == f"env {T}CUSTOM_HEADERS__X_ORG"
     json_form = settings_for({}, NESTED_CASES["json values"], tmp_path)
     assert dict(json_form.headers) == {"X-Org": ORG, "X-Team": "lineage"} and json_form.api_key == KEY
@@ -184,7 +184,7 @@ def test_a_variable_keeps_its_text_where_a_string_is_meant(tmp_path: Path) -> No
 def test_the_timeout_flag_beats_its_variable_which_beats_the_config_file_and_openlineage_yml(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "olstream.yml").write_text("sink:\n  timeout: 4\n")
+    (tmp_path / "olstream.yml").write_text("sink:\n  http_timeout: 4\n")
     yml = write_yml(tmp_path, {"type": "http", "url": "http://m:1", "timeout": 9})
     env = {"OPENLINEAGE_CONFIG": yml}
     assert settings_for({}, env, tmp_path).total_timeout == 9.0
@@ -192,7 +192,7 @@ def test_the_timeout_flag_beats_its_variable_which_beats_the_config_file_and_ope
     assert settings_for({}, env, tmp_path).total_timeout == 4.0  # the --config file over openlineage.yml
     env[T + "TIMEOUT"] = "2.5"
     assert settings_for({}, env, tmp_path).total_timeout == 2.5
-    assert settings_for({"timeout": "1"}, env, tmp_path).total_timeout == 1.0
+    assert settings_for({"http_timeout": "1"}, env, tmp_path).total_timeout == 1.0
     env[T + "TIMEOUT"] = "-3"
     with pytest.raises(ConfigError, match=f"from env {T}TIMEOUT"):
         settings_for({}, env, tmp_path)

@@ -93,7 +93,7 @@ def test_openlineage_yml_in_the_working_directory_and_timeouts(tmp_path: Path) -
     (tmp_path / "openlineage.yml").write_text(yml)
     s = settings_for({}, {}, tmp_path)
     assert (s.url, s.total_timeout, s.connect_timeout) == ("http://cwd:5000/api/v1/lineage", 7.0, 5.0)
-    assert settings_for({"timeout": 2.5}, {}, tmp_path).total_timeout == 2.5
+    assert settings_for({"http_timeout": 2.5}, {}, tmp_path).total_timeout == 2.5
 
 
 def test_missing_or_bad_configuration_is_a_clear_error(tmp_path: Path) -> None:

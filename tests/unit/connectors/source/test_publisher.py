@@ -116,7 +116,12 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_settings_from_flags_env_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OLSTREAM_LOG_URL", "OLSTREAM_BOOTSTRAP", "OLSTREAM_SOURCE_TOPIC", "OLSTREAM_METRICS_PORT"):
+    for name in (
+        "OLSTREAM_LOG_URL",
+        "OLSTREAM_KAFKA_BOOTSTRAP",
+        "OLSTREAM_RECORDS_TOPIC",
+        "OLSTREAM_METRICS_PORT",
+    ):
         monkeypatch.delenv(name, raising=False)
     s = settings_from_args(parse("--log", "sqlite:///tmp/x.db"))
     assert (s.topic, s.errors_topic, s.partitions, s.bootstrap) == (
@@ -127,8 +132,8 @@ def test_settings_from_flags_env_and_defaults(monkeypatch: pytest.MonkeyPatch) -
     )
     assert settings_from_args(parse("--log", "sqlite:///tmp/x.db", "--partitions", "12")).partitions == 12
     assert (s.idle_seconds, s.connect_timeout, s.metrics_port, s.exactly_once) == (2.0, 15.0, 0, False)
-    monkeypatch.setenv("OLSTREAM_BOOTSTRAP", "k:1")
-    monkeypatch.setenv("OLSTREAM_SOURCE_TOPIC", "t")
+    monkeypatch.setenv("OLSTREAM_KAFKA_BOOTSTRAP", "k:1")
+    monkeypatch.setenv("OLSTREAM_RECORDS_TOPIC", "t")
     monkeypatch.setenv("OLSTREAM_LOG_URL", "sqlite:///tmp/y.db")
     s = settings_from_args(parse("--until-idle", "--exactly-once", "--metrics-port", "9100"))
     assert (s.log_url, s.bootstrap, s.topic, s.errors_topic) == ("sqlite:///tmp/y.db", "k:1", "t", "t.errors")
@@ -154,7 +159,11 @@ def test_transactional_id_is_stable_per_topic_and_log_and_hides_credentials() ->
 
 
 def test_wire_format_and_registry_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OLSTREAM_SCHEMA_REGISTRY", "OLSTREAM_WIRE_FORMAT", "OLSTREAM_SCHEMA_COMPATIBILITY"):
+    for name in (
+        "OLSTREAM_SCHEMA_REGISTRY",
+        "OLSTREAM_SOURCE_WIRE_FORMAT",
+        "OLSTREAM_SOURCE_SCHEMA_COMPATIBILITY",
+    ):
         monkeypatch.delenv(name, raising=False)
     s = settings_from_args(parse("--log", "sqlite:///x.db"))
     assert (s.schema_registry, s.wire_format, s.schema_compatibility) == (None, "single-object", "BACKWARD")
