@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ from olstream.operations.error_records import (
 )
 from olstream.operations.redrive import DEFAULT_MAX_ATTEMPTS
 from olstream.operations.redrive_run import RedriveRequest, run_redrive
-from olstream.operations.settings import ERRORS_REDRIVE, STATUS
-from olstream.shared.config import Setting, add_flags, add_print_config, help_text
+from olstream.operations.settings import ERRORS_LIST, ERRORS_REDRIVE, STATUS
+from olstream.shared.config import Resolved, Setting, add_flags, add_print_config, help_text
 from olstream.shared.errors import ExitCode, KafkaAuthError, OlstreamError
 from olstream.shared.kafka_admin import check_connection
 from olstream.shared.kafka_settings import connection_of
@@ -34,14 +35,17 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     actions = p.add_subparsers(dest="errors_command", metavar="ACTION", required=True)
     lst = actions.add_parser("list", help="reason x records x first and last time, per error topic")
     show = actions.add_parser("show", help="print selected records of one error topic, headers decoded")
-    for q in (lst, show):
-        add_flags(q, STATUS)
+    for q, settings in ((lst, ERRORS_LIST), (show, STATUS)):
+        add_flags(q, settings)
         add_print_config(q)
     lst.add_argument(
         "--topic",
         action="append",
         default=None,
-        help=help_text("error topic (repeatable)", default=", ".join(ERROR_TOPICS)),
+        help=help_text(
+            "error topic (repeatable)",
+            default=f"the config file's errors: topics, else {', '.join(ERROR_TOPICS)}",
+        ),
     )
     lst.set_defaults(func=_run_list)
     show.add_argument("topic", help="the error topic")
@@ -126,11 +130,12 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _read(
     args: argparse.Namespace,
-    names: list[str],
+    names: Callable[[Resolved], list[str]],
     settings: tuple[Setting, ...] = STATUS,
     missing: set[str] | None = None,
 ) -> list[Any] | int:
-    r = resolve_unless_printed(f"errors {args.errors_command}", settings, args)
+    """The records of the topics `names` chooses from the settings (the file's section `errors:`)."""
+    r = resolve_unless_printed("errors", settings, args)
     if r is None:
         return []
     setup_logging("text", "WARNING")
@@ -138,7 +143,7 @@ def _read(
     try:
         kafka = connection_of(r)
         check_connection(kafka, r["wait"])
-        return read_topics(kafka, names, r["wait"], missing)
+        return read_topics(kafka, names(r), r["wait"], missing)
     except KafkaAuthError as e:
         print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
@@ -158,7 +163,7 @@ def _selection(args: argparse.Namespace) -> Selection:
 def _chosen(args: argparse.Namespace, settings: tuple[Setting, ...] = STATUS) -> list[Any] | int:
     """The records of `--topic` the flags select; an exit code instead when there are none to show
     (settings printed, Kafka refused or unreachable, nothing matches)."""
-    records = _read(args, [args.topic], settings)
+    records = _read(args, lambda _: [args.topic], settings)
     if isinstance(records, int):
         return records
     if args.print_config:
@@ -176,11 +181,17 @@ def _run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    names = list(args.topic or ERROR_TOPICS)
-    # the default topics are listed whether they exist or not (a source with its own --topic has
-    # its errors in <topic>.errors); a topic named with --topic must exist
+    names: list[str] = []
+
+    def chosen(r: Resolved) -> list[str]:
+        names.extend(args.topic or r["topics"] or ERROR_TOPICS)
+        return names
+
+    # the configured and the default topics are listed whether they exist or not (a source with its
+    # own --topic has its errors in <topic>.errors; a receiver's DLQ appears with its first dead
+    # letter); a topic named with --topic must exist
     missing: set[str] | None = None if args.topic else set()
-    records = _read(args, names, missing=missing)
+    records = _read(args, chosen, ERRORS_LIST, missing=missing)
     if isinstance(records, int):
         return records
     if args.print_config:
@@ -241,7 +252,7 @@ def _run_redrive(args: argparse.Namespace) -> int:
     chosen = _chosen(args, ERRORS_REDRIVE)
     if isinstance(chosen, int):
         return chosen
-    r = resolve_unless_printed("errors redrive", ERRORS_REDRIVE, args)
+    r = resolve_unless_printed("errors", ERRORS_REDRIVE, args)
     assert r is not None
     request = RedriveRequest(
         args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["wait"]

@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         kind=args.kind,
         records_topic=r["records_topic"],
         events_topic=r["events_topic"],
-        dlq_topic=r["dlq_topic"],
+        dlq_topics=r["dlq_topic"],
         app_id=r["app_id"],
         sink_groups=r["sink_groups"],
         max_runs=r["max_runs"],

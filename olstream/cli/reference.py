@@ -51,6 +51,7 @@ INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
 
 OPERATIONS_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
     "status": ("status", operations.STATUS),
+    "errors list": ("errors", operations.ERRORS_LIST),
     "explain": ("explain", operations.EXPLAIN),
 }
 """Operating a running pipeline: the command -> (its section in the file, its settings)."""

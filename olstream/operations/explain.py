@@ -162,12 +162,14 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
             events = events.only(run_ids.values())
         else:
             events = _events_of(s, cut, states, frozenset(run_ids.values()), since, events_n)
-        dlq_n = reader.partitions(request.dlq_topic)
-        dead: list[tuple[str, Found]] = []
-        if dlq_n is None:
-            notes.append(f"topic {request.dlq_topic} does not exist: nothing was dead-lettered there")
-        elif run_ids:
-            dead = _read_events(s, request.dlq_topic, range(dlq_n), frozenset(run_ids.values()), since).kept
+        dead: list[tuple[str, str, Found]] = []  # (DLQ, run id, its copy of the event)
+        for dlq in request.dlq_topics:
+            dlq_n = reader.partitions(dlq)
+            if dlq_n is None:
+                notes.append(f"topic {dlq} does not exist: nothing was dead-lettered there")
+            elif run_ids:
+                kept = _read_events(s, dlq, range(dlq_n), frozenset(run_ids.values()), since).kept
+                dead.extend((dlq, run_id, found) for run_id, found in kept)
         worker = committed_offsets(kafka, request.records_topic, [request.app_id], request.timeout)
         sinks = committed_offsets(kafka, request.events_topic, request.sink_groups, request.timeout)
         if not sinks:

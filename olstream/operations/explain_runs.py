@@ -29,7 +29,7 @@ class ExplainRequest:
     kind: str  # one of KINDS
     records_topic: str
     events_topic: str
-    dlq_topic: str
+    dlq_topics: tuple[str, ...]  # the sinks' dead-letter topics (one per receiver)
     app_id: str  # the worker group; its state changelog is `{app_id}-runs-changelog`
     sink_groups: tuple[str, ...] | None  # None: every group that committed on the events topic
     max_runs: int
@@ -195,7 +195,7 @@ def build_views(
     states: Mapping[RunKey, Found],
     run_ids: Mapping[RunKey, str],
     events: Sequence[tuple[str, Found]],
-    dead: Sequence[tuple[str, Found]],
+    dead: Sequence[tuple[str, str, Found]],  # (DLQ, run id, its copy)
     worker: Mapping[int, int],
     sinks: Mapping[str, Mapping[int, int]],
 ) -> list[RunView]:
@@ -215,7 +215,7 @@ def build_views(
         )
         state = states.get(run.key)
         past_start = records[0].worker_committed if records else None
-        my_dead = tuple(dead_letter_view(request.dlq_topic, f) for r, f in dead if r == rid)
+        my_dead = tuple(dead_letter_view(dlq, f) for dlq, r, f in dead if r == rid)
         my_events = tuple(event_view(request.events_topic, f, sinks, my_dead) for r, f in events if r == rid)
         start = run.start
         job = None

@@ -8,6 +8,8 @@ pipeline's Kafka topics (and, for some, its event log); they import no local lau
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from olstream.contract import topics
 from olstream.eventlog.settings import LOG_URL
 from olstream.shared.config import BOOTSTRAP, Old, Setting, at_least, positive
@@ -34,11 +36,31 @@ ERRORS_REDRIVE = (*STATUS, LOG_URL)
 """`olstream errors redrive`: the broker, and the event log its source error rows are re-read from."""
 
 
-def _group_list(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise ValueError("expected consumer group names separated by commas")
-    return names
+def _names(what: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        if not names:
+            raise ValueError(f"expected {what} separated by commas")
+        return names
+
+    return parse
+
+
+_group_list = _names("consumer group names")
+
+ERRORS_LIST = (
+    *STATUS,
+    Setting(
+        "topics",
+        None,
+        "the error topics `errors list` reads when no --topic is given, comma-separated (the chart "
+        "writes its release's here) [the default error topics of the source, the worker and the sink]",
+        parse=_names("topic names"),
+        env="",
+        flag="",
+    ),
+)
+"""`olstream errors list`: the broker, and the pipeline's error topics (the file's `errors:` section)."""
 
 
 EXPLAIN = (
@@ -55,7 +77,14 @@ EXPLAIN = (
         "events topic (the worker's output, the sinks' input)",
         env=EVENTS_TOPIC_ENV,
     ),
-    Setting("dlq_topic", topics.SINK_DLQ, "the sink's dead-letter topic", env=SINK_DLQ_TOPIC_ENV),
+    Setting(
+        "dlq_topic",
+        (topics.SINK_DLQ,),
+        "the sinks' dead-letter topics, comma-separated (one per receiver: the chart writes its "
+        "release's into the file's `explain:` section)",
+        parse=_names("topic names"),
+        env=SINK_DLQ_TOPIC_ENV,
+    ),
     APP_ID,
     Setting(
         "sink_groups",

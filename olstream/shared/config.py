@@ -169,6 +169,8 @@ class Setting:
             return self._named_default() or "(none)"
         if self.switch:
             return "true" if self.default else "false"
+        if isinstance(self.default, tuple):  # a list setting: as it is written, comma-separated
+            return ",".join(self.default)
         return str(self.default) if self.default != "" else "(empty)"
 
     def _named_default(self) -> str:
@@ -230,7 +232,7 @@ SHARED = (BOOTSTRAP, LOG_FORMAT, LOG_LEVEL)
 FILE_SECTIONS = (
     "source", "worker", "sink", "simulate", "kafka", "mirror", "postgres", "marquez", "demo", "status",
     "replay",
-    "explain",
+    "explain", "errors",
 )  # fmt: skip
 """The sections of the configuration file: one per command (kafka, postgres, marquez: every action)."""
 

@@ -23,7 +23,7 @@ import yaml
 
 from olstream.connectors.sink.settings import SINK_SETTINGS
 from olstream.connectors.source.settings import SOURCE_SETTINGS
-from olstream.operations.settings import EXPLAIN
+from olstream.operations.settings import ERRORS_LIST, ERRORS_REDRIVE, EXPLAIN
 from olstream.shared.config import SHARED
 from olstream.streams.settings import WORKER_SETTINGS
 from tests.support.helm_chart import (
@@ -56,6 +56,7 @@ SECTION_KEYS = {
     "worker": {s.key for s in WORKER_SETTINGS},
     "sink": {s.key for s in SINK_SETTINGS},
     "explain": {s.key for s in EXPLAIN},
+    "errors": {s.key for s in (*ERRORS_LIST, *ERRORS_REDRIVE)},
 }
 KAFKA_CLIENT_KEYS = (
     "kafka_config", "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
@@ -386,19 +387,25 @@ def test_the_app_id_is_the_clis_default_unless_set() -> None:
     assert explicit["worker"]["app_id"] == explicit["explain"]["app_id"] == "olstream-worker"
 
 
-def test_explain_finds_the_releases_topics_and_a_receivers_dlq() -> None:
+def test_explain_and_errors_find_the_releases_topics_and_every_receivers_dlq() -> None:
     objects = render(VALUES_BY_ID["scram-strimzi"])  # receivers audit and marquez
     doc = config_file(objects)
     topics = {t["spec"]["topicName"] for t in by_kind(objects, "KafkaTopic")}
+    dlqs = ["openlineage.events.dlq.audit", "openlineage.events.dlq.marquez"]
     assert doc["explain"] == {
         "records_topic": doc["worker"]["input_topic"],
         "events_topic": doc["sink"]["topic"],
         "app_id": doc["worker"]["app_id"],
-        "dlq_topic": "openlineage.events.dlq.audit",  # the first receiver's: --dlq-topic for another
+        "dlq_topic": ",".join(dlqs),
     }
-    assert doc["explain"]["dlq_topic"] in topics
-    own = config_file(render(VALUES_BY_ID["plain"], {"config.explain.dlq_topic": "mine"}))
+    errors = doc["errors"]["topics"].split(",")
+    assert errors == [f"{doc['source']['topic']}.errors", doc["worker"]["errors_topic"], *dlqs]
+    assert set(errors) <= topics
+    own = config_file(
+        render(VALUES_BY_ID["plain"], {"config.explain.dlq_topic": "mine", "config.errors.topics": r"a\,b"})
+    )
     assert own["explain"]["dlq_topic"] == "mine"  # config.explain wins
+    assert own["errors"]["topics"] == "a,b"  # config.errors too
 
 
 @pytest.mark.parametrize("version", STRIMZI_VERSIONS)
@@ -427,7 +434,7 @@ def test_the_helm_test_pod_runs_status_on_the_releases_topics(values: Path, tmp_
     rendered = {t["spec"]["topicName"] for t in by_kind(objects, "KafkaTopic")}
     doc = config_file(objects)
     assert doc["worker"]["output_topic" if "output_topic" in doc["worker"] else "input_topic"] in topics
-    assert doc["explain"]["dlq_topic"] in topics
+    assert set(doc["explain"]["dlq_topic"].split(",")) <= set(topics)
     if rendered:
         assert set(topics) <= rendered
     mounts = {m["mountPath"] for m in container["volumeMounts"]}

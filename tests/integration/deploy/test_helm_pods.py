@@ -322,9 +322,14 @@ def test_operations_commands_execd_in_a_pod_connect_as_its_component(values: str
             if section.get("kafka_sasl_mechanism"):
                 assert printed["kafka_sasl_password"] == "***", (p.pod, command)
             if command[0] == "explain":
-                for key in ("records_topic", "events_topic", "app_id", "dlq_topic"):
+                for key in ("records_topic", "events_topic", "app_id"):
                     assert printed[key] == doc["explain"][key], (p.pod, key)
-                assert printed["dlq_topic"].startswith(f"{doc['sink']['dlq_topic']}.")
+                # every receiver's DLQ, `<dlq_topic>.<receiver>`
+                assert printed["dlq_topic"] == doc["explain"]["dlq_topic"].split(","), p.pod
+                assert all(t.startswith(f"{doc['sink']['dlq_topic']}.") for t in printed["dlq_topic"])
+            if command[0] == "errors":  # the release's error topics, its receivers' DLQs among them
+                assert printed["topics"] == doc["errors"]["topics"].split(","), p.pod
+                assert set(doc["explain"]["dlq_topic"].split(",")) <= set(printed["topics"]), p.pod
 
 
 def _run_hook(p: PodProcess) -> subprocess.CompletedProcess[str]:

@@ -152,3 +152,23 @@ def test_the_command_line_registers_no_service_metrics() -> None:
     # olstream_build_info and olstream_healthy are every service's own (olstream.shared.metrics); the
     # rest belong to one service
     assert out.split() == ["olstream_build_info", "olstream_healthy"], out
+
+
+def test_errors_list_and_explain_take_the_pipelines_error_topics_from_the_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the Helm chart renders: `errors: topics` (every error topic of the release) and
+    `explain: dlq_topic` (every receiver's DLQ), comma-separated."""
+    config = tmp_path / "olstream.yml"
+    config.write_text(
+        "errors:\n  topics: olstream.eventlog.errors,olstream.stream.errors,dlq.marquez,dlq.audit\n"
+        "explain:\n  dlq_topic: dlq.marquez, dlq.audit\n"
+    )
+    assert olstream_main(["errors", "list", "--config", str(config), "--print-config"]) == ExitCode.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["topics"] == ["olstream.eventlog.errors", "olstream.stream.errors", "dlq.marquez", "dlq.audit"]
+    assert doc["sources"]["topics"] == f"file {config}"
+    assert olstream_main(["explain", "r1", "--config", str(config), "--print-config"]) == ExitCode.OK
+    assert json.loads(capsys.readouterr().out)["dlq_topic"] == ["dlq.marquez", "dlq.audit"]
+    assert olstream_main(["explain", "r1", "--print-config"]) == ExitCode.OK  # the sink's default DLQ
+    assert json.loads(capsys.readouterr().out)["dlq_topic"] == ["openlineage.events.dlq"]

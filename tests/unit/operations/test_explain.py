@@ -237,7 +237,7 @@ def _report(**changes: Any) -> ExplainReport:
     finder.offer(Msg(codec.encode(start), ts=5_000))
     from olstream.operations.explain_runs import ExplainRequest, build_views
 
-    request = ExplainRequest("r1", "auto", "rec", "ev", "ev.dlq", "app", None, 10, 600.0, 2, 10.0)
+    request = ExplainRequest("r1", "auto", "rec", "ev", ("ev.dlq",), "app", None, 10, 600.0, 2, 10.0)
     runs = RunsFound.of([finder])
     state = StateFinder(frozenset({b"0:r1"}))
     state.offer(Msg(dumps_state(processor.state("r1")), key=b"0:r1"))

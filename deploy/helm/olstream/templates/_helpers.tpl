@@ -227,7 +227,7 @@ release's topic names and app id; the first receiver's DLQ (--dlq-topic for anot
 {{- $wrk := include "olstream.componentSection" (dict "root" . "component" "worker") | fromYaml -}}
 {{- $out := dict "records_topic" (include "olstream.inputTopic" .) "events_topic" (include "olstream.sinkTopic" .) "app_id" (include "olstream.appId" .) -}}
 {{- with include "olstream.dlqTopics" . | fromYamlArray -}}
-{{- $_ := set $out "dlq_topic" (first .) -}}
+{{- $_ := set $out "dlq_topic" (join "," .) -}}
 {{- end -}}
 {{- /* the worker's registry: explain decodes confluent-framed records with it */ -}}
 {{- range $key := list "schema_registry" "schema_registry_logical_cluster" "schema_registry_ca" "schema_registry_certificate" "schema_registry_key" -}}
@@ -247,6 +247,8 @@ release's topic names and app id; the first receiver's DLQ (--dlq-topic for anot
 {{- end -}}
 {{- $explain := include "olstream.explainSection" . | fromYaml -}}
 {{- $_ := set $cfg "explain" (mergeOverwrite $explain (deepCopy ($cfg.explain | default dict))) -}}
+{{- $errors := dict "topics" (include "olstream.errorTopics" . | fromYamlArray | join ",") -}}
+{{- $_ := set $cfg "errors" (mergeOverwrite $errors (deepCopy ($cfg.errors | default dict))) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
