@@ -32,9 +32,12 @@ from olstream.operations.explain_read import ScanCost
 from olstream.operations.explain_report import ExplainReport, Place
 from olstream.operations.explain_runs import RunsFound, dead_letter_view, event_view, state_view
 from olstream.shared import deadletter
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.state_store import dumps_state
 from tests.support.fake_message import FakeMessage
 from tests.support.stream_records import Harness, declared, ended, started
+
+NO_REGISTRY = InputFraming(None)  # the values here are single-object: nothing to resolve
 
 
 def msg(
@@ -61,7 +64,7 @@ def test_avro_string_is_the_bytes_a_record_body_holds() -> None:
 
 
 def test_a_finder_keeps_the_records_of_an_engine_run_id_and_decodes_nothing_else() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
     feed(
         finder,
         [
@@ -83,13 +86,13 @@ def test_a_finder_keeps_the_records_of_an_engine_run_id_and_decodes_nothing_else
 
 
 def test_a_finder_keeps_a_run_whose_start_it_did_not_see() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
     feed(finder, [declared("r1", offset=2), ended("r1", offset=4)])
     assert [f.offset for f in finder.found()[(0, "r1")]] == [0, 1]
 
 
 def test_a_finder_by_instance_follows_each_run_and_keeps_the_latest_max_runs() -> None:
-    finder = RunFinder(instance="daily", max_runs=2)
+    finder = RunFinder(NO_REGISTRY, instance="daily", max_runs=2)
     records: list[Record] = []
     for i in range(3):
         records += [started(f"r{i}", offset=3 * i, instance="daily"), ended(f"r{i}", offset=3 * i + 2)]
@@ -103,7 +106,7 @@ def test_a_finder_by_instance_follows_each_run_and_keeps_the_latest_max_runs() -
 
 def test_a_finder_by_openlineage_run_id_derives_the_id_of_every_start() -> None:
     target = started("r9", offset=5, instance="i9")
-    finder = RunFinder(run_ids=frozenset({ol_run_id(target)}))
+    finder = RunFinder(NO_REGISTRY, run_ids=frozenset({ol_run_id(target)}))
     feed(finder, [started("r1"), target, ended("r9", offset=6)])
     assert list(finder.found()) == [(0, "r9")]
     # the same run id as the worker's state holds
@@ -113,7 +116,7 @@ def test_a_finder_by_openlineage_run_id_derives_the_id_of_every_start() -> None:
 
 
 def test_runs_found_are_ordered_by_time_and_cut_to_the_latest() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"a", "b"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"a", "b"}))
     finder.offer(msg(codec.encode(started("b", partition=0)), offset=1, ts=200))
     finder.offer(msg(codec.encode(started("a", partition=0, offset=1)), offset=0, ts=100))
     runs = RunsFound.of([finder])
@@ -212,7 +215,7 @@ def _report(**changes: Any) -> ExplainReport:
     processor = Harness()
     start = started("r1", namespace="postgres://admin:hunter2@db:5432")
     processor.feed(start)
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
     finder.offer(msg(codec.encode(start), ts=5_000))
     from olstream.operations.explain_runs import ExplainRequest, build_views
 
@@ -312,21 +315,21 @@ def test_the_event_log_adds_the_rows_the_records_topic_lacks_and_finds_runs_only
     # the records topic held r1's start only
     [view] = _report().runs
     notes: list[str] = []
-    [more] = add_log_rows(url, [view], notes)
+    [more] = add_log_rows(url, [view], notes, NO_REGISTRY)
     assert [(r.type, r.log_offset, r.kafka is None) for r in more.records] == [
         ("RunStarted", 0, False),
         ("DatasetDeclared", 1, True),
         ("RunEnded", 2, True),
     ]
     assert notes == ["read the event log: 1 partitions, 4 rows"]
-    only = runs_only_in_log(url, daily, "instance", 10)
+    only = runs_only_in_log(url, daily, "instance", 10, NO_REGISTRY)
     assert [(v.engine_run_id, len(v.records), v.state.status) for v in only] == [
         ("r1", 3, "absent"),
         ("r2", 1, "absent"),
     ]
     assert "not in the records topic" in only[0].state.detail
-    assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1)] == ["r2"]
-    assert runs_only_in_log(url, "nobody", "engine-run-id", 10) == []
+    assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1, NO_REGISTRY)] == ["r2"]
+    assert runs_only_in_log(url, "nobody", "engine-run-id", 10, NO_REGISTRY) == []
 
 
 @pytest.mark.parametrize(
