@@ -8,9 +8,9 @@ Ids are resolved before the record step (which must not wait): the ids of the lo
 start (`InputFraming.preload`), others once each when first met (a blocking registry request).
 An id the registry does not hold, or a registry that does not answer, never makes an error
 record: the worker leaves (`ExitCode.SCHEMA_REGISTRY`), and so does a worker without
-`--schema-registry` that meets a `confluent`-framed record (`ExitCode.CONFIG`). One
-`InputFraming` serves the process (`configure` at start; faust's codec of the input topic and the
-run directory's reader use it).
+`--schema-registry` that meets a `confluent`-framed record (`ExitCode.CONFIG`). The worker's
+command builds its `InputFraming` at start (`input_framing`) and hands it to what reads the records
+topic: faust's codec of the input topic (built with the app) and the run directory's reader.
 """
 
 from __future__ import annotations
@@ -66,24 +66,22 @@ class InputFraming:
             raise type(e)(f"{where}: {e}") from e
         return to_single_object(value, fp)
 
+    def single_object_or_exit(self, value: bytes | None, where: str) -> bytes | None:
+        """`single_object`, leaving the process when the record's schema id cannot be resolved."""
+        try:
+            return self.single_object(value, where)
+        except (ConfigError, InfrastructureError) as e:
+            exit_unresolved(e)
 
-_framing = InputFraming(None)
 
-
-def configure(connection: RegistryConnection | None, topic: str) -> InputFraming:
-    """The process's input framing, with the ids of the local schemas resolved (raises when the
-    registry does not answer)."""
-    global _framing
+def input_framing(connection: RegistryConnection | None, topic: str) -> InputFraming:
+    """The input framing of a process reading `topic`, with the ids of the local schemas resolved
+    (raises when the registry does not answer)."""
     framing = InputFraming(None if connection is None else SchemaRegistry(connection))
     ids = framing.preload(topic)
     if connection is not None:
         log.info("schema registry %s: %d of the local schemas registered for %s", connection, len(ids), topic)
-    _framing = framing
     return framing
-
-
-def current() -> InputFraming:
-    return _framing
 
 
 def exit_unresolved(error: Exception) -> NoReturn:
@@ -92,11 +90,3 @@ def exit_unresolved(error: Exception) -> NoReturn:
     log.critical("%s; exiting with %d (%s), no error record written", error, int(code), code.name)
     logging.shutdown()
     os._exit(code)
-
-
-def single_object_or_exit(value: bytes | None, where: str) -> bytes | None:
-    """`current().single_object`, leaving the process when the record's schema id cannot be resolved."""
-    try:
-        return _framing.single_object(value, where)
-    except (ConfigError, InfrastructureError) as e:
-        exit_unresolved(e)

@@ -65,10 +65,10 @@ def _run(args: argparse.Namespace) -> int:
         try:
             check_connection(kafka, r["wait"])
             # both wire formats of the records topic (docs/contract.md#schema-registry)
-            framed_input.configure(registry_connection_of(r), request.records_topic)
+            framing = framed_input.input_framing(registry_connection_of(r), request.records_topic)
         except InfrastructureError as e:  # Kafka or the schema registry unreachable: nothing was done
             raise ConfigError(str(e)) from e
-        report = explain(kafka, request)
+        report = explain(kafka, request, framing)
     except KafkaAuthError as e:
         print(f"olstream explain: {e}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED

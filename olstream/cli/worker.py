@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
@@ -14,6 +14,9 @@ from olstream.shared.errors import ConfigError, ExitCode, InfrastructureError, K
 from olstream.shared.logs import setup_logging
 from olstream.shared.metrics import serve_metrics
 from olstream.streams.settings import WORKER_SETTINGS, WorkerSettings, resolve_worker_settings
+
+if TYPE_CHECKING:
+    from olstream.streams.framed_input import InputFraming
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +52,10 @@ def main(args: argparse.Namespace) -> int:
     except (KafkaException, InfrastructureError) as e:  # Kafka unreachable at start: nothing was done
         log.error("Kafka at %s: %s", settings.bootstrap, e)
         return ExitCode.CONFIG
-    code = _configure_framing(settings)
-    if code != ExitCode.OK:
-        return code
-    sa = build_app(settings, partitions)
+    framing = _input_framing(settings)
+    if isinstance(framing, ExitCode):
+        return framing
+    sa = build_app(settings, partitions, framing)
     stream_worker = attach(sa)
     if settings.metrics_port:
         serve_metrics(settings.metrics_port, settings.metrics_host)
@@ -78,16 +81,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_framing(settings: WorkerSettings) -> ExitCode:
+def _input_framing(settings: WorkerSettings) -> InputFraming | ExitCode:
     """Both wire formats of the input, with the local schemas' ids resolved now (docs/contract.md)."""
-    from olstream.streams.framed_input import configure
+    from olstream.streams.framed_input import input_framing
 
     try:
-        configure(settings.schema_registry, settings.input_topic)
+        return input_framing(settings.schema_registry, settings.input_topic)
     except ConfigError as e:
         log.error("%s", e)
         return ExitCode.CONFIG
     except InfrastructureError as e:  # the registry does not answer: nothing was done
         log.error("%s", e)
         return ExitCode.SCHEMA_REGISTRY
-    return ExitCode.OK

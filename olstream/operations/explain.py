@@ -44,6 +44,7 @@ from olstream.operations.explain_report import ExplainReport
 from olstream.operations.explain_runs import ExplainRequest, FoundRun, RunsFound, build_views
 from olstream.shared.errors import ConfigError
 from olstream.shared.kafka_clients import Kafka
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.mapping import event_key
 from olstream.streams.runid import timestamp_millis
 from olstream.streams.state_store import loads_state
@@ -79,8 +80,10 @@ def check_subject(subject: str, kind: str) -> None:
 class _Scanner:
     """One request's scans, their costs, and the reader of partitions and offsets."""
 
-    def __init__(self, kafka: Kafka, request: ExplainRequest, reader: TopicReader) -> None:
-        self.kafka, self.request, self.reader = kafka, request, reader
+    def __init__(
+        self, kafka: Kafka, request: ExplainRequest, reader: TopicReader, framing: InputFraming
+    ) -> None:
+        self.kafka, self.request, self.reader, self.framing = kafka, request, reader, framing
         self.costs: list[ScanCost] = []
 
     def read(
@@ -114,14 +117,15 @@ class _Scanner:
             self.read(topic, partitions, make, None)
 
 
-def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
-    """The report on `request.subject`; `RunNotFound` when no run matches, ConfigError for a missing topic."""
+def explain(kafka: Kafka, request: ExplainRequest, framing: InputFraming) -> ExplainReport:
+    """The report on `request.subject` (the records read in either wire format: `framing`); `RunNotFound`
+    when no run matches, ConfigError for a missing topic."""
     began = time.monotonic()
     reader = TopicReader(kafka, request.timeout)
     try:
         records_n = reader.require(request.records_topic)
         events_n = reader.require(request.events_topic)
-        s = _Scanner(kafka, request, reader)
+        s = _Scanner(kafka, request, reader, framing)
         notes: list[str] = []
         try:
             runs, found_as, events = _find_runs(s, records_n, events_n)
@@ -130,7 +134,9 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
                 raise
             from olstream.operations.explain_log import runs_only_in_log
 
-            only = runs_only_in_log(request.log_url, request.subject.strip(), request.kind, request.max_runs)
+            only = runs_only_in_log(
+                request.log_url, request.subject.strip(), request.kind, request.max_runs, framing
+            )
             if not only:
                 raise RunNotFound(f"{e}, nor in the event log") from None
             notes.append(f"not in {request.records_topic}: its rows are in the event log only")
@@ -182,7 +188,7 @@ def explain(kafka: Kafka, request: ExplainRequest) -> ExplainReport:
     if request.log_url:
         from olstream.operations.explain_log import add_log_rows
 
-        views = add_log_rows(request.log_url, views, notes)
+        views = add_log_rows(request.log_url, views, notes, framing)
     return ExplainReport(
         request.subject,
         found_as,
@@ -225,6 +231,7 @@ def _find_runs(s: _Scanner, records_n: int, events_n: int) -> tuple[RunsFound, s
 
     def make(p: int) -> RunFinder:
         finders[p] = RunFinder(
+            s.framing,
             engine_run_ids=engine_ids | ({subject} if by_engine_id else set()),
             instance=subject if by_instance else None,
             run_ids=frozenset({rid}) if rid else frozenset(),

@@ -21,6 +21,7 @@ from olstream.eventlog.stores import open_existing_store
 from olstream.operations.explain_match import RunFinder
 from olstream.operations.explain_report import LogRecordView, RunView, StateView
 from olstream.operations.explain_runs import record_time
+from olstream.streams.framed_input import InputFraming
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +71,16 @@ def read_runs(store: EventLogStore, partitions: Sequence[int], finder: RunFinder
     return read
 
 
-def add_log_rows(url: str, views: Sequence[RunView], notes: list[str]) -> list[RunView]:
-    """`views` with the rows the event log holds of each run that the records topic lacks."""
+def add_log_rows(
+    url: str, views: Sequence[RunView], notes: list[str], framing: InputFraming
+) -> list[RunView]:
+    """`views` with the rows the event log holds of each run that the records topic lacks (the rows
+    read as the records are: `framing`)."""
     store = open_existing_store(url)
     try:
         wanted = sorted({v.log_partition for v in views if v.log_partition in store.partitions()})
-        finder = RunFinder(engine_run_ids=frozenset(v.engine_run_id for v in views), max_runs=len(views) or 1)
+        engine_run_ids = frozenset(v.engine_run_id for v in views)
+        finder = RunFinder(framing, engine_run_ids=engine_run_ids, max_runs=len(views) or 1)
         read = read_runs(store, wanted, finder)
         notes.append(f"read the event log: {len(wanted)} partitions, {read:,} rows")
         found = finder.found()
@@ -99,7 +104,9 @@ def _with_rows(view: RunView, rows: Sequence[Any]) -> RunView:
     return replace(view, records=records)
 
 
-def runs_only_in_log(url: str, subject: str, kind: str, max_runs: int) -> list[RunView]:
+def runs_only_in_log(
+    url: str, subject: str, kind: str, max_runs: int, framing: InputFraming
+) -> list[RunView]:
     """Runs of `subject` (engine run id or workflow instance) the event log holds, as views without a
     Kafka place: for a run the records topic does not hold. A workflow instance reads its own log
     partition; an engine run id every one."""
@@ -111,6 +118,7 @@ def runs_only_in_log(url: str, subject: str, kind: str, max_runs: int) -> list[R
         if kind == "instance":
             partitions = [partition_for(subject, len(partitions))]
         finder = RunFinder(
+            framing,
             engine_run_ids=frozenset({subject}) if kind in ("auto", "engine-run-id") else frozenset(),
             instance=subject if kind in ("auto", "instance") else None,
             max_runs=max_runs,

@@ -25,7 +25,7 @@ from typing import Any
 from olstream.contract import codec, wire
 from olstream.contract.records import Record, RunStarted
 from olstream.shared.errors import DecodeError
-from olstream.streams import framed_input
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.runid import run_id as derive_run_id
 
 RunKey = tuple[int, str]
@@ -102,6 +102,7 @@ def header(found: Found, name: str) -> bytes | None:
 class RunFinder:
     """One records-topic partition's messages of the wanted runs (see the module docstring).
 
+    `framing`: how a records-topic value is read (either wire format, as its single-object bytes);
     `engine_run_ids`: runs wanted by engine run id; `instance`: runs wanted by workflow instance (the
     latest `max_runs` of the partition kept); `run_ids`: runs wanted by OpenLineage run id (every
     RunStarted decoded, unless `decode_starts` is off: then only those the needles find). Records
@@ -110,12 +111,14 @@ class RunFinder:
 
     def __init__(
         self,
+        framing: InputFraming,
         engine_run_ids: frozenset[str] = frozenset(),
         instance: str | None = None,
         run_ids: frozenset[str] = frozenset(),
         max_runs: int = 10,
         decode_starts: bool = True,
     ) -> None:
+        self.framing = framing
         self.engine_run_ids = engine_run_ids
         self.decode_starts = decode_starts and bool(run_ids)
         self.instance = instance
@@ -133,9 +136,7 @@ class RunFinder:
         if not value:
             return
         # a confluent-framed record as its single-object bytes (the fingerprint of its schema id)
-        value = framed_input.current().reframed(
-            value, f"records partition {msg.partition()}, offset {msg.offset()}"
-        )
+        value = self.framing.reframed(value, f"records partition {msg.partition()}, offset {msg.offset()}")
         hit = False
         for n in self.needles:
             if n in value:

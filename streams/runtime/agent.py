@@ -94,7 +94,12 @@ class StreamWorker:
         self.table = RunTable(settings, self.store, self.owned_input_tps)
         self.starts, self.directory = kept_directory(settings, sa.partitions)  # a restart reads the tail
         self.reader = DirectoryReader(
-            settings.connection, settings.app_id, settings.input_topic, sa.partitions, self.directory
+            settings.connection,
+            settings.app_id,
+            settings.input_topic,
+            sa.partitions,
+            self.directory,
+            sa.framing,
         )
         self.stopping = False
         self.lag_partitions: set[int] = set()  # input partitions olstream_stream_input_lag reports

@@ -30,6 +30,7 @@ from olstream.shared.kafka_clients import (
     faust_credentials,
 )
 from olstream.shared.stopping import STOP_SIGNALS, install_stop_deadline, installed_deadline
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.runtime.input_codec import SingleObjectValues
 from olstream.streams.runtime.metrics import GC_TIMER
 from olstream.streams.settings import WorkerSettings
@@ -45,9 +46,10 @@ class StreamApp:
     output_topic: Any
     errors_topic: Any
     partitions: int
+    framing: InputFraming  # how the input's values are read (faust's codec and the run directory)
 
 
-def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
+def build_app(settings: WorkerSettings, partitions: int, framing: InputFraming) -> StreamApp:
     factor, _ = settings.replication.resolved(1)  # resolved by prepare_topics
     app = faust.App(
         settings.app_id,
@@ -83,7 +85,8 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
-        value_serializer=SingleObjectValues(settings.input_topic),  # both wire formats, as single-object
+        # both wire formats, as single-object
+        value_serializer=SingleObjectValues(settings.input_topic, framing),
         partitions=partitions,
         internal=False,
         acks=False,  # faust never acks, gap-fills or commits the input: the worker's checkpoint does
@@ -94,7 +97,7 @@ def build_app(settings: WorkerSettings, partitions: int) -> StreamApp:
     errors_topic = app.topic(
         settings.errors_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
-    return StreamApp(settings, app, input_topic, output_topic, errors_topic, partitions)
+    return StreamApp(settings, app, input_topic, output_topic, errors_topic, partitions, framing)
 
 
 class StreamWorkerProcess(faust.Worker):

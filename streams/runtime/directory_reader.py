@@ -26,7 +26,7 @@ from typing import Any
 from olstream.contract import wire
 from olstream.shared.kafka_admin import retrying, topic_identity, topic_retention_ms
 from olstream.shared.kafka_clients import Kafka, consumer_config
-from olstream.streams.framed_input import single_object_or_exit
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.run_directory import Heads, Position, Progress, RunDirectory, start_position
 from olstream.streams.runtime.disk_run_starts import DiskRunStarts
 from olstream.streams.runtime.metrics import DIRECTORY_STARTS
@@ -112,9 +112,9 @@ def open_kept(
     return kept
 
 
-def read_position(msg: Any) -> Position | None:
+def read_position(msg: Any, framing: InputFraming) -> Position | None:
     """A records-topic message as the directory keeps it; None without a log position. Only a
-    RunStarted's value is read (copied out of librdkafka's buffer)."""
+    RunStarted's value is read (copied out of librdkafka's buffer), in either wire format (`framing`)."""
     partition = offset = None
     kind = heads_raw = None
     for name, raw in msg.headers() or ():
@@ -135,7 +135,9 @@ def read_position(msg: Any) -> Position | None:
     if kind != _RUN_STARTED:
         return Position(p, o)
     where = f"{msg.topic()} partition {msg.partition()} offset {msg.offset()}"
-    value = single_object_or_exit(msg.value(), where)  # a confluent-framed one as its single-object bytes
+    value = framing.single_object_or_exit(
+        msg.value(), where
+    )  # a confluent-framed one as its single-object bytes
     if not value:
         return Position(p, o)
     heads = heads_raw if isinstance(heads_raw, bytes) else None
@@ -146,9 +148,16 @@ class DirectoryReader:
     """The thread that fills the directory from the records topic, and the waits on it."""
 
     def __init__(
-        self, kafka: Kafka, group: str, topic: str, partitions: int, directory: RunDirectory
+        self,
+        kafka: Kafka,
+        group: str,
+        topic: str,
+        partitions: int,
+        directory: RunDirectory,
+        framing: InputFraming,
     ) -> None:
         self.directory = directory
+        self.framing = framing
         self.topic = topic
         self.partitions = partitions
         self._config = consumer_config(
@@ -244,7 +253,7 @@ class DirectoryReader:
         for msg in messages:
             if msg.error() is None:
                 read_to[msg.partition()] = msg.offset() + 1
-                pos = read_position(msg)
+                pos = read_position(msg, self.framing)
                 if pos is not None:
                     append(pos)
         newest = max((m.timestamp()[1] for m in messages[-8:]), default=0)  # about the newest

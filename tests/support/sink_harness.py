@@ -7,16 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
-
 from tests.support.receiver import Request
 from tests.support.sink_events import LineageRecord
+from tests.support.stop_support import committed_offsets
 
 ROOT = Path(__file__).resolve().parents[2]
 OLSTREAM = (
@@ -73,40 +71,9 @@ def run_sink(
             proc.wait()
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return [tp.offset for tp in tps]
-    finally:
-        consumer.close()
-
-
-def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+def committed_total(bootstrap: str, group: str, topic: str) -> int:
     """The sum of the group's committed offsets (a partition without a commit counts 0)."""
-    return sum(max(0, o) for o in committed_offsets(bootstrap, group, topic, partitions))
-
-
-def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[object]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    out: list[object] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            for m in consumer.consume(100, timeout=0.5):
-                if m.error() is None:
-                    out.append(m)
-    finally:
-        consumer.close()
-    return out
+    return sum(max(0, o) for o in committed_offsets(bootstrap, group, topic))
 
 
 def _run_of(record: LineageRecord) -> tuple[bytes, str]:

@@ -67,7 +67,8 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
-    """The group's committed offset of each partition of `topic` (-1001: none), by partition.
+    """The group's committed offset of each partition of `topic` (-1001: none), by partition: the
+    tests' one reader of committed offsets (a worker's, a sink's).
 
     Offsets a worker sends inside a transaction count once the transaction commits. The reader is
     read_uncommitted on purpose: librdkafka's `committed()` in read_committed asks for stable

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from olstream.connectors.source.resume import placement_of
 from olstream.contract import codec, wire
@@ -119,14 +119,22 @@ def produce_raw(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
 
 @dataclass(frozen=True)
 class Out:
+    """A message read back from a topic (a header without a value: b"")."""
+
     key: bytes
     value: bytes
     partition: int
     offset: int
+    headers: tuple[tuple[str, bytes], ...]
 
     @property
     def doc(self) -> dict:  # type: ignore[type-arg]
         return json.loads(self.value)  # type: ignore[no-any-return]
+
+
+def out_of(m: Message) -> Out:
+    headers = tuple((k, v or b"") for k, v in m.headers() or ())
+    return Out(m.key(), m.value(), m.partition(), m.offset(), headers)
 
 
 def repeats(values: Iterable[bytes]) -> int:
@@ -139,7 +147,8 @@ def repeats(values: Iterable[bytes]) -> int:
 def consume_all(
     bootstrap: str, topic: str, *, expect: int | None = None, idle: float = 3.0, timeout: float = 120.0
 ) -> list[Out]:
-    """Read the topic from the start until `expect` messages (if given) and `idle` quiet seconds."""
+    """Read the topic from the start until `expect` messages (if given) and `idle` quiet seconds (the
+    tests' one reader of what a topic holds: events, error records, a sink's DLQ)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -162,7 +171,7 @@ def consume_all(
             quiet_since = time.monotonic()
             for m in batch:
                 assert m.error() is None, m.error()
-                out.append(Out(m.key(), m.value(), m.partition(), m.offset()))
+                out.append(out_of(m))
     finally:
         c.close()
     return out
@@ -297,7 +306,7 @@ class Follower:
         batch = self.c.consume(10_000, seconds)
         for m in batch:
             assert m.error() is None, m.error()
-            self.seen.append(Out(m.key(), m.value(), m.partition(), m.offset()))
+            self.seen.append(out_of(m))
         return len(batch)
 
     def close(self) -> None:

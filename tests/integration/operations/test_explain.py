@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from olstream.contract.records import Record
 from tests.support.receiver import Receiver, Reply, Request
-from tests.support.sink_harness import committed_offsets, run_sink
+from tests.support.sink_harness import run_sink
+from tests.support.stop_support import committed_offsets
 from tests.support.stream_records import declared, ended, started
 from tests.support.stream_support import produce_records, run_until_idle, worker_cmd
 
@@ -81,8 +82,8 @@ def test_explain_follows_a_delivered_run_and_a_dead_lettered_one_without_moving_
     topics = ("--records-topic", records, "--events-topic", events, "--dlq-topic", dlq, "--app-id", app_id)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     groups_before = {g.group_id for g in admin.list_consumer_groups().result().valid}
-    sink_before = committed_offsets(kafka_bootstrap, sink_group, events, 2)
-    worker_before = committed_offsets(kafka_bootstrap, app_id, records, 2)
+    sink_before = committed_offsets(kafka_bootstrap, sink_group, events)
+    worker_before = committed_offsets(kafka_bootstrap, app_id, records)
 
     # a delivered run, by its engine run id
     ok = report(kafka_bootstrap, "ok-1", *topics)
@@ -152,7 +153,7 @@ def test_explain_follows_a_delivered_run_and_a_dead_lettered_one_without_moving_
 
     # nothing moved: the groups' committed offsets, and no new group (earlier tests' groups may be
     # gone meanwhile: the broker deletes an empty group without offsets, so the set can only shrink)
-    assert committed_offsets(kafka_bootstrap, sink_group, events, 2) == sink_before
-    assert committed_offsets(kafka_bootstrap, app_id, records, 2) == worker_before
+    assert committed_offsets(kafka_bootstrap, sink_group, events) == sink_before
+    assert committed_offsets(kafka_bootstrap, app_id, records) == worker_before
     groups_after = {g.group_id for g in admin.list_consumer_groups().result().valid}
     assert groups_after <= groups_before, groups_after - groups_before

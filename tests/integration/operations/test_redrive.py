@@ -20,7 +20,7 @@ from olstream.shared import deadletter
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.receiver import Receiver, Reply, Request
 from tests.support.sink_events import identity, make_events, produce
-from tests.support.sink_harness import read_topic, run_sink
+from tests.support.sink_harness import run_sink
 from tests.support.source_support import run_source
 from tests.support.stream_records import declared, ended, started
 from tests.support.stream_support import (
@@ -74,7 +74,7 @@ def test_a_dlq_redrive_after_the_receiver_is_fixed_delivers_every_dead_lettered_
     with Receiver() as receiver:
         receiver.respond_with(misconfigured)
         sink(receiver.url, "sink1")
-        assert len(read_topic(kafka_bootstrap, dlq, n)) == n
+        assert len(consume_all(kafka_bootstrap, dlq, expect=n, idle=0.5)) == n
 
         dry = olstream(kafka_bootstrap, "errors", "redrive", dlq, "--dry-run")
         assert dry.returncode == 0, dry.stderr
@@ -87,10 +87,10 @@ def test_a_dlq_redrive_after_the_receiver_is_fixed_delivers_every_dead_lettered_
         assert f"re-drove {n} of {n} selected records" in first.stdout, first.stdout
         assert f"and {len(runs_redriven)} runs' terminal events after them" in first.stdout, first.stdout
         sink(receiver.url, "sink2")
-    copies = read_topic(kafka_bootstrap, dlq, 2 * n)[n:]
+    copies = consume_all(kafka_bootstrap, dlq, expect=2 * n, idle=0.5)[n:]
     assert len(copies) == n
     for m in copies:
-        headers = dict(m.headers() or [])  # type: ignore[attr-defined]
+        headers = dict(m.headers)
         assert headers[deadletter.REDRIVE_ATTEMPT] == b"1"
         assert headers[deadletter.REDRIVEN_FROM].startswith(f"{dlq}[0]@".encode())
     spent = olstream(

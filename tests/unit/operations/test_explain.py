@@ -32,46 +32,28 @@ from olstream.operations.explain_read import ScanCost
 from olstream.operations.explain_report import ExplainReport, Place
 from olstream.operations.explain_runs import RunsFound, dead_letter_view, event_view, state_view
 from olstream.shared import deadletter
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.state_store import dumps_state
+from tests.support.fake_message import FakeMessage
 from tests.support.stream_records import Harness, declared, ended, started
 
+NO_REGISTRY = InputFraming(None)  # the values here are single-object: nothing to resolve
 
-class Msg:
-    """A confluent-kafka message's accessors over plain values."""
 
-    def __init__(
-        self,
-        value: bytes | None,
-        partition: int = 0,
-        offset: int = 0,
-        headers: list[tuple[str, bytes]] | None = None,
-        key: bytes | None = None,
-        ts: int = 1_000,
-    ) -> None:
-        self._v, self._p, self._o, self._h, self._k, self._ts = value, partition, offset, headers, key, ts
-
-    def value(self) -> bytes | None:
-        return self._v
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._h
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._ts)
+def msg(
+    value: bytes | None,
+    partition: int = 0,
+    offset: int = 0,
+    headers: list[tuple[str, bytes]] | None = None,
+    key: bytes | None = None,
+    ts: int = 1_000,
+) -> FakeMessage:
+    return FakeMessage(partition, offset, key=key, value=value, headers=headers, timestamp_ms=ts)
 
 
 def feed(finder: Any, records: list[Record]) -> None:
     for i, r in enumerate(records):
-        finder.offer(Msg(codec.encode(r), offset=i))
+        finder.offer(msg(codec.encode(r), offset=i))
 
 
 def test_avro_string_is_the_bytes_a_record_body_holds() -> None:
@@ -82,7 +64,7 @@ def test_avro_string_is_the_bytes_a_record_body_holds() -> None:
 
 
 def test_a_finder_keeps_the_records_of_an_engine_run_id_and_decodes_nothing_else() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
     feed(
         finder,
         [
@@ -104,13 +86,13 @@ def test_a_finder_keeps_the_records_of_an_engine_run_id_and_decodes_nothing_else
 
 
 def test_a_finder_keeps_a_run_whose_start_it_did_not_see() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
     feed(finder, [declared("r1", offset=2), ended("r1", offset=4)])
     assert [f.offset for f in finder.found()[(0, "r1")]] == [0, 1]
 
 
 def test_a_finder_by_instance_follows_each_run_and_keeps_the_latest_max_runs() -> None:
-    finder = RunFinder(instance="daily", max_runs=2)
+    finder = RunFinder(NO_REGISTRY, instance="daily", max_runs=2)
     records: list[Record] = []
     for i in range(3):
         records += [started(f"r{i}", offset=3 * i, instance="daily"), ended(f"r{i}", offset=3 * i + 2)]
@@ -124,7 +106,7 @@ def test_a_finder_by_instance_follows_each_run_and_keeps_the_latest_max_runs() -
 
 def test_a_finder_by_openlineage_run_id_derives_the_id_of_every_start() -> None:
     target = started("r9", offset=5, instance="i9")
-    finder = RunFinder(run_ids=frozenset({ol_run_id(target)}))
+    finder = RunFinder(NO_REGISTRY, run_ids=frozenset({ol_run_id(target)}))
     feed(finder, [started("r1"), target, ended("r9", offset=6)])
     assert list(finder.found()) == [(0, "r9")]
     # the same run id as the worker's state holds
@@ -134,9 +116,9 @@ def test_a_finder_by_openlineage_run_id_derives_the_id_of_every_start() -> None:
 
 
 def test_runs_found_are_ordered_by_time_and_cut_to_the_latest() -> None:
-    finder = RunFinder(engine_run_ids=frozenset({"a", "b"}))
-    finder.offer(Msg(codec.encode(started("b", partition=0)), offset=1, ts=200))
-    finder.offer(Msg(codec.encode(started("a", partition=0, offset=1)), offset=0, ts=100))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"a", "b"}))
+    finder.offer(msg(codec.encode(started("b", partition=0)), offset=1, ts=200))
+    finder.offer(msg(codec.encode(started("a", partition=0, offset=1)), offset=0, ts=100))
     runs = RunsFound.of([finder])
     assert [r.key[1] for r in runs.runs] == ["a", "b"]
     assert [r.key[1] for r in runs.cut(1).runs] == ["b"] and runs.cut(1).matched == 2
@@ -158,14 +140,14 @@ def _event(run_id: str, event_type: str = "START", parent: str | None = None) ->
 def test_an_event_finder_confirms_by_header_or_by_the_payload_when_a_copy_has_none() -> None:
     rid, child = "0190a0a0-0000-7000-8000-000000000001", "0190a0a0-0000-7000-8000-000000000002"
     finder = EventFinder(frozenset({rid}))
-    finder.offer(Msg(_event(rid), headers=[(wire.HEADER_RUN_ID, rid.encode())]))
-    finder.offer(Msg(_event(child, parent=rid), offset=1, headers=[(wire.HEADER_RUN_ID, child.encode())]))
-    finder.offer(Msg(_event(rid, "COMPLETE"), offset=2))  # a DLQ copy without the header
-    finder.offer(Msg(_event(child, parent=rid), offset=3))  # its parent's id in its payload only
-    finder.offer(Msg(None, offset=4))
+    finder.offer(msg(_event(rid), headers=[(wire.HEADER_RUN_ID, rid.encode())]))
+    finder.offer(msg(_event(child, parent=rid), offset=1, headers=[(wire.HEADER_RUN_ID, child.encode())]))
+    finder.offer(msg(_event(rid, "COMPLETE"), offset=2))  # a DLQ copy without the header
+    finder.offer(msg(_event(child, parent=rid), offset=3))  # its parent's id in its payload only
+    finder.offer(msg(None, offset=4))
     spaced = json.dumps(json.loads(_event(rid, "COMPLETE")), indent=1).encode()  # another producer's layout
-    finder.offer(Msg(spaced, offset=5))
-    finder.offer(Msg(json.dumps(json.loads(_event(child, parent=rid)), indent=1).encode(), offset=6))
+    finder.offer(msg(spaced, offset=5))
+    finder.offer(msg(json.dumps(json.loads(_event(child, parent=rid)), indent=1).encode(), offset=6))
     assert [(r, f.offset) for r, f in finder.kept] == [(rid, 0), (rid, 2), (rid, 5)]
     assert event_field(_event(rid), "run", "runId") == rid
     assert event_field(b"not json", "run") is None
@@ -174,9 +156,9 @@ def test_an_event_finder_confirms_by_header_or_by_the_payload_when_a_copy_has_no
 
 def test_a_state_finder_keeps_the_last_write_of_each_key() -> None:
     finder = StateFinder(frozenset({b"0:r1"}))
-    finder.offer(Msg(b"one", key=b"0:r1"))
-    finder.offer(Msg(b"x", offset=1, key=b"1:r1"))
-    finder.offer(Msg(None, offset=2, key=b"0:r1"))
+    finder.offer(msg(b"one", key=b"0:r1"))
+    finder.offer(msg(b"x", offset=1, key=b"1:r1"))
+    finder.offer(msg(None, offset=2, key=b"0:r1"))
     assert finder.last[b"0:r1"].offset == 2 and finder.last[b"0:r1"].value is None
     assert set(finder.last) == {b"0:r1"}
 
@@ -190,7 +172,7 @@ def test_the_state_reads_open_ended_evicted_or_absent() -> None:
     finder = StateFinder(frozenset({b"0:r1"}))
     views = []
     for value in (opened, closed, None):
-        finder.offer(Msg(value, key=b"0:r1"))
+        finder.offer(msg(value, key=b"0:r1"))
         views.append(state_view(finder.last[b"0:r1"], "app-runs-changelog", True))
     assert [v.status for v in views] == ["open", "ended", "evicted"]
     assert "completed at" in views[1].detail
@@ -203,9 +185,9 @@ def test_the_state_reads_open_ended_evicted_or_absent() -> None:
 def test_an_event_view_says_which_groups_committed_past_it_and_links_its_dlq_copies() -> None:
     rid = "0190a0a0-0000-7000-8000-000000000001"
     finder = EventFinder(frozenset({rid}))
-    finder.offer(Msg(_event(rid), partition=1, offset=5))
+    finder.offer(msg(_event(rid), partition=1, offset=5))
     event = finder.kept[0][1]
-    copy = Msg(
+    copy = msg(
         _event(rid),
         headers=[
             (deadletter.ERROR, b"rejected"),
@@ -233,14 +215,14 @@ def _report(**changes: Any) -> ExplainReport:
     processor = Harness()
     start = started("r1", namespace="postgres://admin:hunter2@db:5432")
     processor.feed(start)
-    finder = RunFinder(engine_run_ids=frozenset({"r1"}))
-    finder.offer(Msg(codec.encode(start), ts=5_000))
+    finder = RunFinder(NO_REGISTRY, engine_run_ids=frozenset({"r1"}))
+    finder.offer(msg(codec.encode(start), ts=5_000))
     from olstream.operations.explain_runs import ExplainRequest, build_views
 
     request = ExplainRequest("r1", "auto", "rec", "ev", ("ev.dlq",), "app", None, 10, 600.0, 2, 10.0)
     runs = RunsFound.of([finder])
     state = StateFinder(frozenset({b"0:r1"}))
-    state.offer(Msg(dumps_state(processor.state("r1")), key=b"0:r1"))
+    state.offer(msg(dumps_state(processor.state("r1")), key=b"0:r1"))
     states = {(0, "r1"): state.last[b"0:r1"]}
     views = build_views(request, runs, states, runs.run_ids(states), [], [], {0: 1}, {})
     base = ExplainReport(
@@ -333,21 +315,21 @@ def test_the_event_log_adds_the_rows_the_records_topic_lacks_and_finds_runs_only
     # the records topic held r1's start only
     [view] = _report().runs
     notes: list[str] = []
-    [more] = add_log_rows(url, [view], notes)
+    [more] = add_log_rows(url, [view], notes, NO_REGISTRY)
     assert [(r.type, r.log_offset, r.kafka is None) for r in more.records] == [
         ("RunStarted", 0, False),
         ("DatasetDeclared", 1, True),
         ("RunEnded", 2, True),
     ]
     assert notes == ["read the event log: 1 partitions, 4 rows"]
-    only = runs_only_in_log(url, daily, "instance", 10)
+    only = runs_only_in_log(url, daily, "instance", 10, NO_REGISTRY)
     assert [(v.engine_run_id, len(v.records), v.state.status) for v in only] == [
         ("r1", 3, "absent"),
         ("r2", 1, "absent"),
     ]
     assert "not in the records topic" in only[0].state.detail
-    assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1)] == ["r2"]
-    assert runs_only_in_log(url, "nobody", "engine-run-id", 10) == []
+    assert [v.engine_run_id for v in runs_only_in_log(url, daily, "auto", 1, NO_REGISTRY)] == ["r2"]
+    assert runs_only_in_log(url, "nobody", "engine-run-id", 10, NO_REGISTRY) == []
 
 
 @pytest.mark.parametrize(
@@ -371,8 +353,8 @@ def test_murmur2_is_kafkas(key: str, expected: int) -> None:
 def test_an_event_finder_by_engine_run_id_covers_the_runs_it_finds() -> None:
     rid, other = "0190a0a0-0000-7000-8000-000000000001", "0190a0a0-0000-7000-8000-000000000009"
     finder = EventFinder(frozenset({"0190a0a0-0000-7000-8000-00000000000f"}), frozenset({"e1"}))
-    finder.offer(Msg(_event(rid), headers=[(wire.HEADER_RUN_ID, rid.encode())]))  # its facet names e1
-    finder.offer(Msg(_event(other).replace(b'"e1"', b'"e2"'), offset=1))
+    finder.offer(msg(_event(rid), headers=[(wire.HEADER_RUN_ID, rid.encode())]))  # its facet names e1
+    finder.offer(msg(_event(other).replace(b'"e1"', b'"e2"'), offset=1))
     assert [r for r, _ in finder.kept] == [rid] and rid in finder.covered and other not in finder.covered
     merged = EventFinder(frozenset()).merge([finder, finder.only({rid})])
     assert [r for r, _ in merged.kept] == [rid, rid] and rid in merged.covered

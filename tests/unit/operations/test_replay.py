@@ -32,6 +32,7 @@ from olstream.operations.replay_settings import build_replay_settings, group_nam
 from olstream.shared import kafka_admin
 from olstream.shared.errors import ConfigError, InfrastructureError
 from olstream.shared.kafka_admin import retrying
+from tests.support.fake_message import FakeMessage
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -245,35 +246,8 @@ def test_commits_that_are_not_a_replays_are_refused() -> None:
 
 
 # -- bounded delivery ----------------------------------------------------------------------
-class Message:
-    def __init__(
-        self, partition: int, offset: int, ts: int, value: bytes, headers: Sequence[Any] = ()
-    ) -> None:
-        self._p, self._o, self._ts, self._v, self._h = partition, offset, ts, value, list(headers)
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def timestamp(self) -> tuple[int, int]:
-        return 1, self._ts
-
-    def headers(self) -> list[Any]:
-        return self._h
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> bytes:
-        return self._v
+def message(partition: int, offset: int, ts: int, value: bytes, headers: Sequence[Any] = ()) -> FakeMessage:
+    return FakeMessage(partition, offset, timestamp_ms=ts, value=value, headers=headers)
 
 
 class Consumer:
@@ -307,17 +281,17 @@ def test_the_bounded_sink_takes_its_range_leaves_the_rest_and_ends_at_the_end() 
     bounded.on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])  # type: ignore[arg-type]
     bounded._apply_pause()
     assert ("t", 1) in consumer.paused  # an empty partition of the range is paused from the start
-    bounded._admit(Message(0, 0, 150, doc("START", "a")))  # type: ignore[arg-type]
-    bounded._admit(Message(0, 1, 90, doc("START", "b")))  # type: ignore[arg-type]  # out of order: too early
-    bounded._admit(Message(0, 2, 160, doc("START", "c", "other")))  # type: ignore[arg-type]
+    bounded._admit(message(0, 0, 150, doc("START", "a")))  # type: ignore[arg-type]
+    bounded._admit(message(0, 1, 90, doc("START", "b")))  # type: ignore[arg-type]  # out of order: too early
+    bounded._admit(message(0, 2, 160, doc("START", "c", "other")))  # type: ignore[arg-type]
     assert not bounded._at_end()  # offset 3 still to come
     headers = [
         (wire.HEADER_EVENT_TYPE, b"COMPLETE"),
         (wire.HEADER_JOB_NAMESPACE, b"ns"),
         (wire.HEADER_JOB_NAME, b"d"),
     ]
-    bounded._admit(Message(0, 3, 170, b"{}", headers))  # type: ignore[arg-type]
-    bounded._admit(Message(0, 4, 180, doc("START", "past-the-end")))  # type: ignore[arg-type]
+    bounded._admit(message(0, 3, 170, b"{}", headers))  # type: ignore[arg-type]
+    bounded._admit(message(0, 4, 180, doc("START", "past-the-end")))  # type: ignore[arg-type]
     assert bounded.buffered == 2 and bounded.left == 2 and ("t", 0) in bounded.done
     while not bounded.ready.empty():  # what the sink's workers would send
         bounded._settle(bounded.ready.get_nowait(), DELIVERED, 0)
@@ -371,8 +345,8 @@ def test_a_stop_while_waiting_for_the_pace_sends_nothing_and_leaves_the_event_un
     bounded = BoundedSink(SinkSettings(transport="console"), ConsoleTransport(), consumer, None,  # type: ignore[arg-type]
                           bounds, Selection(), rate=0.5)  # fmt: skip
     bounded.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
-    bounded._admit(Message(0, 0, 1, doc("START", "a")))  # type: ignore[arg-type]
-    bounded._admit(Message(0, 1, 2, doc("START", "b")))  # type: ignore[arg-type]
+    bounded._admit(message(0, 0, 1, doc("START", "a")))  # type: ignore[arg-type]
+    bounded._admit(message(0, 1, 2, doc("START", "b")))  # type: ignore[arg-type]
     first, second = bounded.ready.get_nowait(), bounded.ready.get_nowait()
 
     async def stop_during_the_wait() -> tuple[Any, float]:

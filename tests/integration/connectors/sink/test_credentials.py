@@ -13,21 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message
 
 from olstream.infra.process import free_port
 from tests.support.receiver import Receiver, Reply, Request
 from tests.support.sink_events import identity, make_events, produce
 from tests.support.sink_harness import (
     assert_all_delivered_in_order,
-    committed_offsets,
     committed_total,
-    read_topic,
     run_sink,
     sink_command,
     start_sink,
     terminate,
 )
+from tests.support.stop_support import committed_offsets
+from tests.support.stream_support import Out, consume_all
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +87,7 @@ def test_an_unreachable_receiver_never_shows_the_url_credentials(
     assert "Cannot connect to host" in text  # aiohttp's own text, redacted
     assert "olstream_sink_retried_total" in served
     assert_no_credential(text + served)
-    assert committed_offsets(kafka_bootstrap, unique_group, topic, 2) == [-1001, -1001]
+    assert committed_offsets(kafka_bootstrap, unique_group, topic) == [-1001, -1001]
 
     printed = subprocess.run(
         sink_command(kafka_bootstrap, topic, unique_group, "--url", url, "--print-config"),
@@ -99,8 +98,8 @@ def test_an_unreachable_receiver_never_shows_the_url_credentials(
     assert_no_credential((printed.stdout + printed.stderr).decode())
 
 
-def _headers(message: Message) -> dict[str, str]:
-    return {k: (v or b"").decode() for k, v in message.headers() or []}
+def _headers(message: Out) -> dict[str, str]:
+    return {k: v.decode() for k, v in message.headers}
 
 
 def test_a_receiver_answering_500_and_rejecting_never_sees_its_credentials_logged_or_dead_lettered(
@@ -143,12 +142,12 @@ def test_a_receiver_answering_500_and_rejecting_never_sees_its_credentials_logge
         e for e in events if identity(e.value)[0] == rejected_job and identity(e.value)[2] == "RUNNING"
     ]
     assert_all_delivered_in_order([e for e in events if e not in expected_rejects], accepted)
-    dead = read_topic(kafka_bootstrap, dlq, len(expected_rejects))
+    dead = consume_all(kafka_bootstrap, dlq, expect=len(expected_rejects), idle=0.5)
     assert len(dead) == len(expected_rejects) > 0
-    headers = [_headers(m) for m in dead]  # type: ignore[arg-type]
+    headers = [_headers(m) for m in dead]
     for h in headers:
         assert h["olstream.status"] == "400" and h["olstream.response"].startswith('{"error": "rejected"')
         assert f"http://***@127.0.0.1:{receiver.port}" in h["olstream.response"]
-    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic) == len(events)
     assert "HTTP 500" in text and "dead-lettered to" in text
     assert_no_credential(text + json.dumps(headers))

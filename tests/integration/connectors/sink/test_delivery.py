@@ -8,19 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message
 
 from tests.support.receiver import Receiver, Reply, Request
 from tests.support.sink_events import identity, make_events, produce
 from tests.support.sink_harness import (
     assert_all_delivered_in_order,
-    committed_offsets,
     committed_total,
     job_version_repeats,
-    read_topic,
     run_sink,
     sink_command,
 )
+from tests.support.stop_support import committed_offsets
+from tests.support.stream_support import Out, consume_all
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +51,12 @@ def test_every_event_delivered_in_key_order_and_committed(
     assert first.method == "POST" and first.path == "/api/v1/lineage"
     assert first.headers["content-type"] == "application/json"
     assert first.headers["authorization"] == "Bearer s3cr3t-api-key-0123456789"
-    assert committed_total(kafka_bootstrap, unique_group, topic, 4) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic) == len(events)
     assert "s3cr3t-api-key" not in log.read_text()
 
 
-def _dlq_headers(message: Message) -> dict[str, str]:
-    return {k: (v or b"").decode() for k, v in message.headers() or []}
+def _dlq_headers(message: Out) -> dict[str, str]:
+    return {k: v.decode() for k, v in message.headers}
 
 
 def test_rejections_go_to_the_dlq_with_headers_and_the_rest_is_delivered(
@@ -89,20 +88,20 @@ def test_rejections_go_to_the_dlq_with_headers_and_the_rest_is_delivered(
     ]
     delivered = [e for e in events if e not in expected_rejects]
     assert_all_delivered_in_order(delivered, accepted)
-    dead = read_topic(kafka_bootstrap, dlq, len(expected_rejects))
+    dead = consume_all(kafka_bootstrap, dlq, expect=len(expected_rejects), idle=0.5)
     assert len(dead) == len(expected_rejects)
-    assert {m.value() for m in dead} == {e.value for e in expected_rejects}  # type: ignore[attr-defined]
+    assert {m.value for m in dead} == {e.value for e in expected_rejects}
     for m in dead:
-        headers = _dlq_headers(m)  # type: ignore[arg-type]
-        job = identity(m.value())[0]  # type: ignore[attr-defined]
+        headers = _dlq_headers(m)
+        job = identity(m.value)[0]
         assert headers["olstream.status"] == str(rejected[job])
         assert headers["olstream.response"].startswith('{"error": "no thanks')
         assert len(headers["olstream.response"].encode()) <= 1024
         assert headers["olstream.source.topic"] == topic
         assert int(headers["olstream.source.partition"]) in (0, 1)
         assert int(headers["olstream.source.offset"]) >= 0
-        assert m.key() == f"run:{job}".encode()  # type: ignore[attr-defined]
-    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+        assert m.key == f"run:{job}".encode()
+    assert committed_total(kafka_bootstrap, unique_group, topic) == len(events)
     text = log.read_text()
     assert text.count("dead-lettered to") == len(expected_rejects)  # logged once each
     for status in set(rejected.values()):  # with the status and the first bytes of the body
@@ -140,7 +139,7 @@ def test_retriable_answers_hangs_drops_and_misconfiguration_are_retried_without_
     assert_all_delivered_in_order(events, accepted)
     assert "CONFIGURATION PROBLEM" in text and "HTTP 401" in text and "HTTP 404" in text
     assert "dead-lettered to" not in text
-    assert read_topic(kafka_bootstrap, f"{topic}.dlq", 1, timeout=3) == []
+    assert consume_all(kafka_bootstrap, f"{topic}.dlq", idle=3.0) == []
 
 
 def test_file_and_dry_run_transports(
@@ -156,7 +155,7 @@ def test_file_and_dry_run_transports(
     assert rc == 0, text[-3000:]
     assert text.count("would send") == len(events)
     assert "http://127.0.0.1:9/api/v1/lineage" in text
-    assert committed_offsets(kafka_bootstrap, unique_group, topic, 2) == [-1001, -1001]  # nothing committed
+    assert committed_offsets(kafka_bootstrap, unique_group, topic) == [-1001, -1001]  # nothing committed
 
     out = tmp_path / "events.ndjson"
     rc = run_sink(
@@ -165,7 +164,7 @@ def test_file_and_dry_run_transports(
     assert rc == 0, log.read_text()[-3000:]
     lines = out.read_bytes().splitlines()
     assert sorted(lines) == sorted(e.value for e in events)
-    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic) == len(events)
 
 
 def test_console_prints_one_event_per_line_and_an_empty_topic_is_idle_at_once(
@@ -193,7 +192,7 @@ def test_console_prints_one_event_per_line_and_an_empty_topic_is_idle_at_once(
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert sorted(done.stdout.splitlines()) == sorted(e.value for e in events)
-    assert committed_total(kafka_bootstrap, unique_group, topic, 2) == len(events)
+    assert committed_total(kafka_bootstrap, unique_group, topic) == len(events)
 
 
 def test_until_idle_ends_on_a_topic_written_in_transactions_and_delivers_only_committed_events(
@@ -230,5 +229,5 @@ def test_until_idle_ends_on_a_topic_written_in_transactions_and_delivers_only_co
     probe = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_group})
     ends = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(2)]
     probe.close()
-    assert [max(0, o) for o in committed_offsets(kafka_bootstrap, unique_group, topic, 2)] == ends
+    assert [max(0, o) for o in committed_offsets(kafka_bootstrap, unique_group, topic)] == ends
     assert sum(ends) > len(committed)  # the markers and the aborted events are in the offsets

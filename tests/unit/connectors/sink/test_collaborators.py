@@ -23,8 +23,9 @@ from olstream.connectors.sink.pauses import Pauses
 from olstream.connectors.sink.repeats import Repeats
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
+from tests.support.fake_message import FakeMessage
 from tests.unit.connectors.sink.test_job_versions import terminal
-from tests.unit.connectors.sink.test_run_order import Message, ScriptedTransport
+from tests.unit.connectors.sink.test_run_order import ScriptedTransport, message
 
 OFFSET_INVALID = -1001
 TP = tuple[str, int]
@@ -41,7 +42,7 @@ def on_loop() -> bool:
 class BrokerConsumer:
     """A consumer of topic `t`, partition 0, that records each call waiting on the broker, and where."""
 
-    def __init__(self, messages: list[Message], delay: float = 0.0) -> None:
+    def __init__(self, messages: list[FakeMessage], delay: float = 0.0) -> None:
         self.messages = messages
         self.delay = delay  # how long a broker's answer takes
         self.calls: list[tuple[str, bool]] = []  # (call, made on the event loop)
@@ -56,7 +57,7 @@ class BrokerConsumer:
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.callbacks = callbacks
 
-    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         self.calls.append(("consume", on_loop()))
         if not self.assigned:
             self.assigned = True
@@ -114,7 +115,7 @@ class Dlq:
 def test_no_kafka_call_that_waits_on_a_broker_is_made_on_the_event_loop() -> None:
     """A sink run to the end of its topic: every commit, watermark and committed-offset query and
     the close run off the loop, while the loop goes on (a slow broker never stops the sends)."""
-    consumer = BrokerConsumer([Message(0, n, f"run-{n % 3}") for n in range(10)], delay=0.05)
+    consumer = BrokerConsumer([message(0, n, f"run-{n % 3}") for n in range(10)], delay=0.05)
     transport, dlq = ScriptedTransport(lambda e, n: DELIVERED), Dlq()
     settings = SinkSettings(transport="console", until_idle=True, commit_interval=0.0, concurrency=4)
     sink = Sink(settings, transport, consumer, dlq)  # type: ignore[arg-type]
@@ -271,14 +272,14 @@ class RebalancingConsumer(BrokerConsumer):
     Its commit checks that the loop is free meanwhile and has forgotten the revoked partition."""
 
     def __init__(self, sink: Callable[[], Sink], delivered: Callable[[], int]) -> None:
-        super().__init__([Message(p, n, f"run-{p}-{n}") for p in (0, 1) for n in range(5)], delay=0.05)
+        super().__init__([message(p, n, f"run-{p}-{n}") for p in (0, 1) for n in range(5)], delay=0.05)
         self.sink, self.delivered = sink, delivered
         self.loop: asyncio.AbstractEventLoop | None = None
         self.step = 0
         self.loop_free_in_commit: list[bool] = []
         self.forgotten_in_commit: list[bool] = []
 
-    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         self.calls.append(("consume", on_loop()))
         self.step += 1
         if self.step == 1:

@@ -11,6 +11,7 @@ from olstream.connectors.sink.lag import LAG
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import ConsoleTransport
+from tests.support.fake_message import FakeMessage
 
 OFFSET_INVALID = -1001
 
@@ -51,30 +52,12 @@ class FakeConsumer:
     def resume(self, partitions: list[TopicPartition]) -> None: ...
 
 
-class FakeMessage:
-    def __init__(self, partition: int, offset: int) -> None:
-        self._p, self._o = partition, offset
+def key_of(offset: int) -> bytes:
+    return f"run:ns/job-{offset % 3}".encode()
 
-    def error(self) -> None:
-        return None
 
-    def headers(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes:
-        return f"run:ns/job-{self._o % 3}".encode()
-
-    def value(self) -> bytes:
-        return b"{}"
+def message(partition: int, offset: int) -> FakeMessage:
+    return FakeMessage(partition, offset, key=key_of(offset), value=b"{}")
 
 
 def lag() -> float:
@@ -93,9 +76,9 @@ def test_before_the_first_commit_lag_counts_from_where_the_group_started() -> No
     consumer = FakeConsumer(low={0: 5, 1: 0, 2: 0}, high={0: 105, 1: 90, 2: 30}, committed={1: 40, 2: 10})
     sink = make_sink(consumer)
     for offset in range(5, 105):  # the sink read all of p0 ahead of delivery
-        sink._admit(FakeMessage(0, offset))  # type: ignore[arg-type]
+        sink._admit(message(0, offset))  # type: ignore[arg-type]
     for offset in range(40, 90):
-        sink._admit(FakeMessage(1, offset))  # type: ignore[arg-type]
+        sink._admit(message(1, offset))  # type: ignore[arg-type]
     consumer.cached_high = {0: 105, 1: 90}
     sink._update_lag()
     assert sink.trackers[("t", 0)].outstanding == 100  # read to the end: the old gauge said 0 here
@@ -118,15 +101,13 @@ def test_after_delivery_and_commit_the_lag_is_zero() -> None:
     sink = make_sink(consumer)
     for p, count in ((0, 10), (1, 4)):
         for offset in range(count):
-            sink._admit(FakeMessage(p, offset))  # type: ignore[arg-type]
+            sink._admit(message(p, offset))  # type: ignore[arg-type]
     consumer.cached_high = {0: 10, 1: 4}
     sink._update_lag()
     assert lag() == 14
     for p, count in ((0, 10), (1, 4)):
         for offset in range(count):
-            sink._finish(
-                PendingEvent("t", p, offset, FakeMessage(p, offset).key(), b"{}", sink.epochs[("t", p)])
-            )
+            sink._finish(PendingEvent("t", p, offset, key_of(offset), b"{}", sink.epochs[("t", p)]))
     assert sink.commit_finished() and consumer.group == {0: 10, 1: 4}
     sink._update_lag()
     assert lag() == 0
@@ -137,7 +118,7 @@ def test_consumed_partitions_use_the_cached_end_and_ask_the_broker_nothing() -> 
     sink = make_sink(consumer)
     for p in (0, 1, 2):
         for offset in range(3):
-            sink._admit(FakeMessage(p, offset))  # type: ignore[arg-type]
+            sink._admit(message(p, offset))  # type: ignore[arg-type]
     consumer.cached_high = {0: 3, 1: 3, 2: 3}
     sink._update_lag()
     assert lag() == 9 and consumer.queries == 0

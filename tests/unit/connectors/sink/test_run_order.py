@@ -26,34 +26,16 @@ from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.contract import wire
 from olstream.shared import deadletter
+from tests.support.fake_message import FakeMessage
 
 KEY = b"run:ns/one-hot-root-job"  # every run of one root job: one Kafka key
 
 
-class Message:
-    def __init__(self, partition: int, offset: int, run: str, *, header: bool = True) -> None:
-        self._p, self._o, self._run, self._header = partition, offset, run, header
-
-    def error(self) -> None:
-        return None
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return [(wire.HEADER_RUN_ID, self._run.encode())] if self._header else None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes:
-        return KEY
-
-    def value(self) -> bytes:
-        return json.dumps({"run": {"runId": self._run}, "n": self._o}).encode()
+def message(partition: int, offset: int, run: str, *, header: bool = True) -> FakeMessage:
+    """One event of `run` under the root job's key (its run id header only with `header`)."""
+    value = json.dumps({"run": {"runId": run}, "n": offset}).encode()
+    headers = [(wire.HEADER_RUN_ID, run.encode())] if header else None
+    return FakeMessage(partition, offset, key=KEY, value=value, headers=headers)
 
 
 class Committer:
@@ -119,7 +101,7 @@ class ScriptedTransport:
 
 def run_sink(
     transport: ScriptedTransport,
-    messages: list[Message],
+    messages: list[FakeMessage],
     settings: SinkSettings,
     until: Callable[[Sink], bool],
     timeout: float = 10.0,
@@ -150,10 +132,10 @@ def _tp(partition: int) -> Any:
     return TopicPartition("t", partition)
 
 
-def runs_of(n_runs: int, events_per_run: int, *, header: bool = True) -> list[Message]:
+def runs_of(n_runs: int, events_per_run: int, *, header: bool = True) -> list[FakeMessage]:
     """Events of `n_runs` runs interleaved on one partition and one key, each run's in order."""
     return [
-        Message(0, i * n_runs + r, f"run-{r}", header=header)
+        message(0, i * n_runs + r, f"run-{r}", header=header)
         for i in range(events_per_run)
         for r in range(n_runs)
     ]

@@ -13,6 +13,7 @@ from olstream.connectors.sink.delivery import DELIVERED, DeliveryResult, Outcome
 from olstream.connectors.sink.settings import SinkSettings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import ConsoleTransport, FileTransport, failed_events, one_line
+from tests.support.fake_message import FakeMessage
 
 
 class RecordingCommitter:
@@ -129,32 +130,6 @@ def test_batch_answers_name_their_failed_events() -> None:
     ]
 
 
-class FakeMessage:
-    def __init__(self, partition: int, offset: int, key: bytes, value: bytes) -> None:
-        self._p, self._o, self._k, self._v = partition, offset, key, value
-
-    def error(self) -> None:
-        return None
-
-    def headers(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes:
-        return self._k
-
-    def value(self) -> bytes:
-        return self._v
-
-
 class FlakyTransport:
     """Fails every third event once (retriable), answers after a short await, tracks keys in flight."""
 
@@ -197,7 +172,7 @@ def test_workers_keep_per_key_order_through_retries_with_bounded_concurrency() -
         sink.on_assign(None, [_tp("t", 0), _tp("t", 1)])  # type: ignore[arg-type]
         for offset in range(60):
             key = f"run:ns/job-{offset % 5}".encode()
-            sink._admit(FakeMessage(offset % 2, offset, key, b"{}"))  # type: ignore[arg-type]
+            sink._admit(FakeMessage(offset % 2, offset, key=key, value=b"{}"))  # type: ignore[arg-type]
         workers = [asyncio.create_task(sink._worker()) for _ in range(settings.concurrency)]
         for _ in range(2000):
             if sink.buffered == 0:

@@ -29,6 +29,7 @@ from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
 from olstream.shared.errors import DeliveryError, ExitCode
 from olstream.streams import input_tracker, log_marks
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
@@ -406,6 +407,7 @@ class Rig:
             output_topic=OUTPUT,
             errors_topic=ERRORS,
             partitions=topic_partitions,
+            framing=InputFraming(None),
         )
         self.worker = agent.attach(sa)
         [self.process] = self.app.agents

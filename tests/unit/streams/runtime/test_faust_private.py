@@ -23,9 +23,10 @@ import pytest
 from faust.types import TP
 
 from olstream.shared.errors import ConfigError
+from olstream.streams.framed_input import InputFraming
 from olstream.streams.runtime import app as app_module
 from olstream.streams.runtime import faust_private
-from olstream.streams.runtime.app import StreamWorkerProcess, build_app
+from olstream.streams.runtime.app import StreamApp, StreamWorkerProcess, build_app
 from olstream.streams.runtime.faust_private import (
     ALL_NAMES,
     AssignedOnlyIn,
@@ -50,6 +51,12 @@ def _event_loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
+def built(tmp_path: Path, app_id: str) -> StreamApp:
+    """The worker's faust app (3 input partitions, values read without a registry)."""
+    settings = WorkerSettings(data_dir=str(tmp_path), app_id=app_id)
+    return build_app(settings, partitions=3, framing=InputFraming(None))
+
+
 def test_the_installed_faust_has_every_private_name_the_worker_relies_on() -> None:
     missing = missing_private_names()
     assert not missing, (
@@ -66,14 +73,14 @@ def test_the_worker_relies_on_at_most_six_private_names() -> None:
 def test_the_worker_keeps_no_faust_table(tmp_path: Path) -> None:
     """The run states are the worker's own (run_store.py): faust restores no changelog (it would read
     it uncommitted) and routes no write by its current event."""
-    sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-no-table"), partitions=3)
+    sa = built(tmp_path, "unit-faust-no-table")
     assert not sa.app.tables.changelog_topics
     assert len(sa.app.tables) == 0
 
 
 def test_a_real_consumer_has_the_attributes_faust_sets_in_its_init(tmp_path: Path) -> None:
     # the check finds these by their class annotation; a consumer built as the worker builds it has them
-    sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-private"), partitions=3)
+    sa = built(tmp_path, "unit-faust-private")
     consumer = sa.app.consumer
     missing = [str(n) for n in ALL_NAMES if n.instance and not hasattr(consumer, n.qualname.split(".")[-1])]
     assert not missing, "faust's consumer no longer sets:\n  " + "\n  ".join(missing)
@@ -164,7 +171,7 @@ def test_the_worker_reaches_faust_private_names_only_through_faust_private() -> 
 
 
 def test_the_input_is_read_without_read_offsets_for_it(tmp_path: Path) -> None:
-    sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-read-offsets"), partitions=3)
+    sa = built(tmp_path, "unit-faust-read-offsets")
     consumer = sa.app.consumer
     faust_private.keep_no_read_offsets(consumer, sa.settings.input_topic)
     input_tp = TP(sa.settings.input_topic, 0)
@@ -176,7 +183,7 @@ def test_the_input_is_read_without_read_offsets_for_it(tmp_path: Path) -> None:
 
 
 def test_the_input_topic_is_declared_without_faust_acks(tmp_path: Path) -> None:
-    sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-acks"), partitions=3)
+    sa = built(tmp_path, "unit-faust-acks")
     assert sa.input_topic.acks is False
     assert not sa.app.topics.acks_enabled_for(sa.settings.input_topic)
 
@@ -237,7 +244,7 @@ def test_faust_reads_and_writes_its_read_offsets_through_the_mapping_the_worker_
     the fetch loop drops none of its records, and faust keeps the mapping it was given."""
 
     async def run() -> None:  # faust's services made in the running loop are bound to it
-        sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-read-paths"), partitions=3)
+        sa = built(tmp_path, "unit-faust-read-paths")
         consumer: Any = sa.app.consumer
         topic = sa.settings.input_topic
         faust_private.keep_no_read_offsets(consumer, topic)
@@ -309,7 +316,7 @@ def test_mode_installs_its_signal_handlers_where_the_worker_chains_and_replaces_
     chained: list[int] = []
     monkeypatch.setattr(app_module, "installed_deadline", lambda sig: None)
     monkeypatch.setattr(app_module, "install_stop_deadline", lambda *a, **k: chained.append(len(added)))
-    sa = build_app(WorkerSettings(data_dir=str(tmp_path), app_id="unit-faust-signals"), partitions=3)
+    sa = built(tmp_path, "unit-faust-signals")
     worker = StreamWorkerProcess(sa.app, loglevel=logging.INFO, override_logging=False, quiet=True)
     worker.loop = _event_loop  # mode may hand a service a loop cached by an earlier test: this test's
     worker.install_signal_handlers()

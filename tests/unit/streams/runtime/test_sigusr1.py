@@ -114,9 +114,11 @@ SIGNALLED = textwrap.dedent(
     import asyncio, logging, os, signal, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     asyncio.set_event_loop(asyncio.new_event_loop())
+    from olstream.streams.framed_input import InputFraming
     from olstream.streams.runtime.app import build_app, worker_process
     from olstream.streams.settings import WorkerSettings
-    sa = build_app(WorkerSettings(data_dir=sys.argv[1], app_id="unit-sigusr1"), partitions=1)
+    settings = WorkerSettings(data_dir=sys.argv[1], app_id="unit-sigusr1")
+    sa = build_app(settings, partitions=1, framing=InputFraming(None))
     worker = worker_process(sa, describe_input=lambda: {described!r})
     worker.install_signal_handlers()  # mode's, then the worker's own
     os.kill(os.getpid(), signal.SIGUSR1)

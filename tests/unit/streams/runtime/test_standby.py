@@ -17,6 +17,7 @@ from olstream.streams.runtime.run_store import NoStandby, RunStore
 from olstream.streams.runtime.standby import StandbyStates, standby_states
 from olstream.streams.settings import WorkerSettings
 from tests.support.cli_settings import build_settings
+from tests.support.fake_message import FakeMessage
 
 CHANGELOG = "app-runs-changelog"
 
@@ -50,24 +51,8 @@ class FakeStore:
         self.events.append(f"close {self.path.name}")
 
 
-class Msg:
-    def __init__(self, partition: int, offset: int, key: bytes, value: bytes | None = b"v") -> None:
-        self._p, self._o, self._k, self._v = partition, offset, key, value
-
-    def error(self) -> None:
-        return None
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
+def msg(partition: int, offset: int, key: bytes, value: bytes | None = b"v") -> FakeMessage:
+    return FakeMessage(partition, offset, key=key, value=value)
 
 
 class FakeConsumer:
@@ -90,7 +75,7 @@ class FakeConsumer:
             self.on_watermarks(tp.partition)
         return self.bounds.get(tp.partition, (0, 0))
 
-    def consume(self, n: int, timeout: float) -> list[Msg]:
+    def consume(self, n: int, timeout: float) -> list[FakeMessage]:
         return []
 
     def position(self, tps: list[Any]) -> list[Any]:
@@ -138,7 +123,7 @@ def test_committed_writes_are_applied_with_the_next_offset_and_repeats_skipped(t
     consumer = FakeConsumer({0: (0, 10)})
     c.standby.follow_others({1, 2, 3})
     c.standby.reconcile(consumer)
-    applied = c.standby.apply([Msg(0, 2, b"old"), Msg(0, 3, b"a"), Msg(0, 5, b"b", None)])
+    applied = c.standby.apply([msg(0, 2, b"old"), msg(0, 3, b"a"), msg(0, 5, b"b", None)])
     assert applied == 2
     assert c.store(0).rows == {b"a": b"v", b"b": None} and c.store(0).next == 6
 
@@ -148,7 +133,7 @@ def test_release_closes_the_copy_and_a_batch_fetched_before_it_writes_nothing(tm
     consumer = FakeConsumer({0: (0, 10), 1: (0, 10)})
     c.standby.follow_others({2, 3})
     c.standby.reconcile(consumer)
-    fetched = [Msg(0, 0, b"a"), Msg(1, 0, b"b")]
+    fetched = [msg(0, 0, b"a"), msg(1, 0, b"b")]
     c.standby.release([0])
     assert c.store(0).closed  # the worker may open its path now
     c.standby.apply(fetched)  # the batch the thread had in hand
@@ -164,7 +149,7 @@ def test_release_waits_for_a_write_in_progress_and_closes_after_it(tmp_path: Pat
     c.standby.reconcile(consumer)
     store = c.store(0)
     store.block = threading.Event()
-    writer = threading.Thread(target=c.standby.apply, args=([Msg(0, 0, b"a")],))
+    writer = threading.Thread(target=c.standby.apply, args=([msg(0, 0, b"a")],))
     writer.start()
     assert store.writing.wait(5)
     released = threading.Thread(target=c.standby.release, args=([0],))
