@@ -57,9 +57,9 @@ from olstream.contract.records import (  # noqa: E402
     RunStarted,
     RunStatus,
 )
+from olstream.devkit.process import free_port  # noqa: E402
 from olstream.eventlog.simulate import simulate  # noqa: E402
 from olstream.eventlog.stores import open_store  # noqa: E402
-from olstream.infra.process import free_port  # noqa: E402
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 RECORDS_PER_RUN = 4

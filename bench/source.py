@@ -42,10 +42,10 @@ if str(ROOT) not in sys.path:
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from olstream.contract import codec  # noqa: E402
+from olstream.devkit import postgres  # noqa: E402
 from olstream.eventlog.simulate import simulate  # noqa: E402
 from olstream.eventlog.stores import open_store  # noqa: E402
 from olstream.eventlog.writer import EventLogWriter  # noqa: E402
-from olstream.infra import postgres  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
 
 GOAL_RATIO = 0.5

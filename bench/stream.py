@@ -53,8 +53,8 @@ if str(ROOT) not in sys.path:
 
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
-from olstream.infra.demo_support import histogram_buckets, quantile  # noqa: E402
-from olstream.infra.process import free_port  # noqa: E402
+from olstream.devkit.demo_support import histogram_buckets, quantile  # noqa: E402
+from olstream.devkit.process import free_port  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
 from tests.support.stream_support import produce_rows, simulated_rows  # noqa: E402
 

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from olstream.connectors.source.resume import placement_of  # noqa: E402
-from olstream.infra.process import free_port  # noqa: E402
+from olstream.devkit.process import free_port  # noqa: E402
 from olstream.shared.kafka_admin import ensure_topic  # noqa: E402
 from tests.support.stop_support import committed_everything  # noqa: E402
 from tests.support.stream_records import T0, ended, started  # noqa: E402

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from olstream.infra import kafka, postgres, registry
-from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
-from olstream.infra.postgres import PostgresSettings
-from olstream.infra.process import free_port
+from olstream.devkit import kafka, postgres, registry
+from olstream.devkit.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.devkit.postgres import PostgresSettings
+from olstream.devkit.process import free_port
 from olstream.shared import deprecated, logs
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_admin import ensure_topic

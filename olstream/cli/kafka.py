@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 from olstream.cli.commands import LauncherCommand, report_stopped
-from olstream.infra import kafka_cluster
-from olstream.infra.kafka import BrokerState
-from olstream.infra.kafka_config import KafkaSettings, default_data_dir
-from olstream.infra.settings import KAFKA_DOWN, KAFKA_STATUS, KAFKA_UP, data_dir_of
+from olstream.devkit import kafka_cluster
+from olstream.devkit.kafka import BrokerState
+from olstream.devkit.kafka_config import KafkaSettings, default_data_dir
+from olstream.devkit.settings import KAFKA_DOWN, KAFKA_STATUS, KAFKA_UP, data_dir_of
 from olstream.shared.config import Resolved
 from olstream.shared.errors import ExitCode, OlstreamError
 

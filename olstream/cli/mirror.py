@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from olstream.cli.commands import LauncherCommand, report_stopped
-from olstream.infra import mirror
-from olstream.infra.mirror_settings import (
+from olstream.devkit import mirror
+from olstream.devkit.mirror_settings import (
     MIRROR_DOWN,
     MIRROR_STATUS,
     MIRROR_UP,

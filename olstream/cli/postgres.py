@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from olstream.cli.commands import LauncherCommand, report_stopped
-from olstream.infra import postgres
-from olstream.infra.postgres import PostgresSettings
-from olstream.infra.settings import POSTGRES_DOWN, POSTGRES_STATUS, POSTGRES_UP, data_dir_of
+from olstream.devkit import postgres
+from olstream.devkit.postgres import PostgresSettings
+from olstream.devkit.settings import POSTGRES_DOWN, POSTGRES_STATUS, POSTGRES_UP, data_dir_of
 from olstream.shared.config import Resolved
 from olstream.shared.errors import ExitCode
 

@@ -11,9 +11,9 @@ import sys
 
 from olstream.connectors.sink.settings import SINK_SETTINGS
 from olstream.connectors.source.settings import SOURCE_SETTINGS
+from olstream.devkit import mirror_settings
+from olstream.devkit import settings as devkit
 from olstream.eventlog.settings import SIMULATE_SETTINGS
-from olstream.infra import mirror_settings
-from olstream.infra import settings as infra
 from olstream.operations import settings as operations
 from olstream.operations.replay_settings import REPLAY_SETTINGS, SINK_FLAGS
 from olstream.shared.config import CONFIG_FILE, Setting, reference_rows
@@ -30,22 +30,22 @@ COMMAND_SETTINGS: dict[str, tuple[Setting, ...]] = {
 """The command (and its section in the --config file) -> the settings it reads."""
 
 INFRA_SETTINGS: dict[str, tuple[str, tuple[Setting, ...]]] = {
-    "kafka up": ("kafka", infra.KAFKA_UP),
-    "kafka down": ("kafka", infra.KAFKA_DOWN),
-    "kafka status": ("kafka", infra.KAFKA_STATUS),
+    "kafka up": ("kafka", devkit.KAFKA_UP),
+    "kafka down": ("kafka", devkit.KAFKA_DOWN),
+    "kafka status": ("kafka", devkit.KAFKA_STATUS),
     "mirror up": ("mirror", mirror_settings.MIRROR_UP),
     "mirror down": ("mirror", mirror_settings.MIRROR_DOWN),
     "mirror status": ("mirror", mirror_settings.MIRROR_STATUS),
-    "postgres up": ("postgres", infra.POSTGRES_UP),
-    "postgres down": ("postgres", infra.POSTGRES_DOWN),
-    "postgres status": ("postgres", infra.POSTGRES_STATUS),
-    "marquez up": ("marquez", infra.MARQUEZ_UP),
-    "marquez down": ("marquez", infra.MARQUEZ_DOWN),
-    "marquez status": ("marquez", infra.MARQUEZ_STATUS),
-    "registry up": ("registry", infra.REGISTRY_UP),
-    "registry down": ("registry", infra.REGISTRY_DOWN),
-    "registry status": ("registry", infra.REGISTRY_STATUS),
-    "demo": ("demo", infra.DEMO),
+    "postgres up": ("postgres", devkit.POSTGRES_UP),
+    "postgres down": ("postgres", devkit.POSTGRES_DOWN),
+    "postgres status": ("postgres", devkit.POSTGRES_STATUS),
+    "marquez up": ("marquez", devkit.MARQUEZ_UP),
+    "marquez down": ("marquez", devkit.MARQUEZ_DOWN),
+    "marquez status": ("marquez", devkit.MARQUEZ_STATUS),
+    "registry up": ("registry", devkit.REGISTRY_UP),
+    "registry down": ("registry", devkit.REGISTRY_DOWN),
+    "registry status": ("registry", devkit.REGISTRY_STATUS),
+    "demo": ("demo", devkit.DEMO),
 }
 """Local infrastructure and tools: the command -> (its section in the file, its settings)."""
 

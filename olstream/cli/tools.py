@@ -1,7 +1,7 @@
 """The local tools: `olstream demo`, `olstream graph`, `olstream marquez up|down|status` and
 `olstream registry up|down|status`.
 
-They use the local launchers (`olstream/infra/`); the demo's picture and the graph need the extra
+They use the local launchers (`olstream/devkit/`); the demo's picture and the graph need the extra
 `local` (`pip install 'olstream[local]'`), which `olstream/shared/extras.py` names when it is missing.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from olstream.cli.commands import LauncherCommand
-from olstream.infra import marquez, registry
-from olstream.infra.settings import (
+from olstream.devkit import marquez, registry
+from olstream.devkit.settings import (
     DEMO,
     MARQUEZ_DOWN,
     MARQUEZ_STATUS,
@@ -53,7 +53,7 @@ def _register_demo(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from olstream.infra.demo import demo_settings, main
+    from olstream.devkit.demo import demo_settings, main
 
     r = resolve("demo", DEMO, vars(args), os.environ)
     settings = demo_settings(r.values)  # a ConfigError here: one line, exit 2
@@ -92,7 +92,7 @@ def _register_graph(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _run_graph(args: argparse.Namespace) -> int:
-    from olstream.infra import graph
+    from olstream.devkit import graph
 
     setup_logging("text", "WARNING")
     try:

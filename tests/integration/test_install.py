@@ -20,7 +20,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from olstream.shared.extras import EXTRA_OF
 from tests.support.paths import REPO, shared_marquez_jar
 
@@ -79,10 +79,10 @@ def test_the_wheel_installs_one_package_and_the_command_into_a_fresh_virtualenv(
         "olstream/streams/schemas/WorkflowRunFacet.json",
         "olstream/streams/runtime/agent.py",
         "olstream/connectors/sink/sink.py",
-        "olstream/infra/kafka_pom.xml",
-        "olstream/infra/mirror_pom.xml",
-        "olstream/infra/marquez_pom.xml",
-        "olstream/infra/marquez.yml",
+        "olstream/devkit/kafka_pom.xml",
+        "olstream/devkit/mirror_pom.xml",
+        "olstream/devkit/marquez_pom.xml",
+        "olstream/devkit/marquez.yml",
     ):
         assert packaged in names, packaged
 

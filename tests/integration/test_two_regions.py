@@ -21,9 +21,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from olstream.infra import mirror
-from olstream.infra.demo_support import count_log, parent_edges
-from olstream.infra.mirror_config import MirrorSettings, remote_topic
+from olstream.devkit import mirror
+from olstream.devkit.demo_support import count_log, parent_edges
+from olstream.devkit.mirror_config import MirrorSettings, remote_topic
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.marquez_rules import MarquezRules, misplaced_runs
 from tests.support.openlineage_schema import validator

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.stream_support import REPO, tail
 
 DOCKERFILE = REPO / "Dockerfile"

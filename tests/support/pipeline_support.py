@@ -1,6 +1,6 @@
 """The whole pipeline as processes (source, workers, sink to a file) against a cluster of its own.
 
-For the tests of production Kafka: a cluster started with `olstream.infra.kafka_cluster` (several
+For the tests of production Kafka: a cluster started with `olstream.devkit.kafka_cluster` (several
 nodes, or SASL_SSL) on ports of its own, a simulated event log that grows while the pipeline
 runs, and the checks every such test makes of what the sink wrote.
 """
@@ -22,11 +22,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from olstream.contract import codec
 from olstream.contract.records import RunEnded, RunStarted
+from olstream.devkit import kafka_cluster
+from olstream.devkit.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.devkit.process import free_port
 from olstream.eventlog.simulate import BASE_TIME, simulate
 from olstream.eventlog.stores import open_store
-from olstream.infra import kafka_cluster
-from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
-from olstream.infra.process import free_port
 from olstream.shared.errors import InfrastructureError
 from olstream.shared.kafka_settings import read_properties
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES

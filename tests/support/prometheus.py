@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.promql import RULES
 
 PID_FILE = "prometheus.pid"  # infra/run-tests.sh looks for this name

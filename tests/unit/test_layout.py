@@ -31,7 +31,7 @@ PARTS = (
     ("olstream.streams", 3),
     ("olstream.streams.runtime", 4),
     ("olstream.operations", 5),
-    ("olstream.infra", 6),  # the local launchers and tools (demo, graph): never below them
+    ("olstream.devkit", 6),  # the local launchers and tools (demo, graph): never below them
     ("olstream.cli", 7),
     ("olstream.__main__", 7),
 )
@@ -173,7 +173,7 @@ def reachable(g: dict[str, set[str]], start: str) -> set[str]:
 
 
 def launchers_reached(g: dict[str, set[str]]) -> dict[str, set[str]]:
-    found = {c: {m for m in reachable(g, c) if part_of(m)[0] == "olstream.infra"} for c in RUNTIME_COMMANDS}
+    found = {c: {m for m in reachable(g, c) if part_of(m)[0] == "olstream.devkit"} for c in RUNTIME_COMMANDS}
     return {c: mods for c, mods in found.items() if mods}
 
 
@@ -182,8 +182,8 @@ def test_the_runtime_commands_import_no_local_launcher() -> None:
     assert set(RUNTIME_COMMANDS) <= set(g)
     assert launchers_reached(g) == {}
     # and the check can fail
-    g["olstream.cli.errors"] = g["olstream.cli.errors"] | {"olstream.infra.settings"}
-    assert "olstream.infra.marquez" in launchers_reached(g)["olstream.cli.errors"]
+    g["olstream.cli.errors"] = g["olstream.cli.errors"] | {"olstream.devkit.settings"}
+    assert "olstream.devkit.marquez" in launchers_reached(g)["olstream.cli.errors"]
 
 
 def test_no_import_circles() -> None:

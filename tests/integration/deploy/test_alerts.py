@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.pipeline_support import GrowingLog
 from tests.support.prometheus import Prometheus, quick_rules
 from tests.support.receiver import Receiver

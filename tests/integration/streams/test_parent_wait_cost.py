@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from olstream.contract.records import Record, RunRef
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.stream_records import ended, started
 from tests.support.stream_support import (
     Follower,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from olstream.contract.records import Record, RunEnded, RunStarted
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from olstream.streams.mapping import TERMINAL_EVENT_TYPES
 from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, declared, ended, started

@@ -13,7 +13,7 @@ import pytest
 
 from olstream.connectors.source.resume import placement_of
 from olstream.contract.records import RunEnded, RunStarted
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.stop_support import committed_everything
 from tests.support.stream_records import T0, ended, started
 from tests.support.stream_support import (

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from olstream.cli.main import main as olstream_main
+from olstream.devkit.process import free_port
 from olstream.eventlog.postgres_store import PostgresEventLogStore
-from olstream.infra.process import free_port
 from olstream.shared import logs
 from olstream.shared.config import redact_url
 from olstream.shared.errors import InfrastructureError

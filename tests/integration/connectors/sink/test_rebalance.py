@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from tests.support.receiver import Receiver, Reply
 from tests.support.sink_events import make_events, produce
 from tests.support.sink_harness import (

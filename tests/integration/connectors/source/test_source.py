@@ -22,9 +22,9 @@ from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from olstream.contract import codec
-from olstream.infra import kafka, postgres
-from olstream.infra.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
-from olstream.infra.process import free_port
+from olstream.devkit import kafka, postgres
+from olstream.devkit.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
+from olstream.devkit.process import free_port
 from tests.support.source_support import (
     append_raw,
     assert_complete_and_ordered,

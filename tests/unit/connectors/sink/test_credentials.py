@@ -13,7 +13,7 @@ from olstream.connectors.sink.delivery import DeliveryResult, Outcome, PendingEv
 from olstream.connectors.sink.settings import SinkSettings, build_settings
 from olstream.connectors.sink.sink import Sink
 from olstream.connectors.sink.transports import HttpTransport
-from olstream.infra.process import free_port
+from olstream.devkit.process import free_port
 from olstream.shared import deadletter, logs, metrics
 from tests.support.receiver import Receiver, Reply
 
