@@ -12,7 +12,6 @@ import pytest
 from olstream.cli.main import main as olstream_main
 from olstream.cli.reference import COMMAND_SETTINGS, render, render_exit_codes
 from olstream.connectors.sink.settings import build_settings
-from olstream.shared import logs
 from olstream.shared.errors import EXIT_MEANINGS, ExitCode
 from tests.support.paths import REPO
 
@@ -22,18 +21,6 @@ COMMANDS = {
     "sink": ["sink", "--url", "http://receiver:5000"],
     "simulate": ["log", "simulate", "--log", "sqlite:///nowhere.db", "--runs", "1"],
 }
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("OLSTREAM_", "OPENLINEAGE_")):
-            monkeypatch.delenv(name)
-    # secrets registered by earlier tests (the local PostgreSQL's password is "olstream") would
-    # redact the paths these tests look for
-    monkeypatch.setattr(logs, "_SECRETS", set())
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -53,15 +53,6 @@ def helps(parser: argparse.ArgumentParser, path: str = "olstream") -> Iterator[t
         yield from helps(sub, f"{path} {name}")
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("OLSTREAM_"):
-            monkeypatch.delenv(name)
-
-
 @pytest.mark.parametrize("command", LAUNCHERS)
 def test_status_of_a_stopped_server_exits_not_running(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -30,16 +30,6 @@ FLAG_RENAMES = sorted(
 WARNINGS = "olstream.shared.deprecated"
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("OLSTREAM_", "OPENLINEAGE_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setattr(logs, "_SECRETS", set())
-
-
 def a_value(s: Setting) -> str:
     """A value the setting takes, as text: a string setting gets a secret-looking one."""
     if s.switch:
