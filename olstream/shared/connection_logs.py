@@ -21,6 +21,10 @@ every line of every logger. It sorts the lines it knows:
   otherwise as they are.
 - **routine**: lines that need no person ever (faust's "Missing sensor state for rebalance"): INFO.
 
+A line that says why the process ends (`ends_the_process`: the commands' ERROR lines, CRITICAL) is
+never folded, whatever broker it names: a source that gives up on a broker that does not answer at
+its start exits with that reason at ERROR, not with "further connection errors are folded".
+
 An outage ends when a line of its client library names its broker without failing, or when no
 lost line of its key came for `quiet_seconds` (librdkafka backs off up to 10 s between attempts,
 and logs late: below): then one INFO, "connection to broker X back after N s (M connection errors
@@ -130,6 +134,17 @@ def node_named(message: str) -> str | None:
     return f"node {next(group for group in found.groups() if group)}" if found else None
 
 
+EXIT_REASON_LOGGERS = ("olstream.cli.",)  # the commands log at ERROR only why they exit
+
+
+def ends_the_process(logger_name: str, level: int) -> bool:
+    """A line that says why the process ends (the commands' errors, a worker's CRITICAL): a person
+    needs it as it is, even when it names a broker that did not answer."""
+    return level >= logging.CRITICAL or (
+        level >= logging.ERROR and logger_name.startswith(EXIT_REASON_LOGGERS)
+    )
+
+
 def sighting(logger_name: str, level: int, message: str) -> Sighting | None:
     """What one line says about a connection to a broker; None for a line this module leaves alone."""
     library = _library(logger_name)
@@ -152,7 +167,7 @@ def sighting(logger_name: str, level: int, message: str) -> Sighting | None:
         if _FAUST_EXPLAINED.search(message):
             return Sighting(Kind.EXPLAINED, root)
         return None
-    if level < logging.WARNING:
+    if level < logging.WARNING or ends_the_process(logger_name, level):
         return None
     if _KAFKA_ERROR_LOST.search(message):  # the source's error callback, a service's KafkaException
         return Sighting(Kind.LOST, LIBRDKAFKA)

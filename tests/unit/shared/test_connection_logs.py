@@ -237,6 +237,32 @@ def test_what_is_not_recognised_keeps_its_level_even_during_an_outage() -> None:
     ]
 
 
+def test_why_the_process_ends_is_never_folded_even_when_it_names_a_broker_that_did_not_answer() -> None:
+    """A source restarted while its broker was away gave up after its --wait (mixed-fault run, seed 29):
+    its exit reason must stay an ERROR, not become "lost connection ... folded"."""
+    folding = Folding()
+    folding.log(*SOURCE_ERROR_CALLBACK)  # an outage is open
+    exit_reason = (
+        "olstream.cli.source",
+        logging.ERROR,
+        f"Kafka at {BROKER} did not answer within 15 s: KafkaError{{code=_TRANSPORT,val=-195,"
+        'str="Failed to get metadata: Local: Broker transport failure"}',
+    )
+    crashed = (
+        "olstream.streams.runtime.exits",
+        logging.CRITICAL,
+        'cannot send: KafkaError{code=_ALL_BROKERS_DOWN,val=-187,str="1/1 brokers are down"}',
+    )
+    for line in (exit_reason, crashed):
+        folding.log(*line)
+    assert folding.shown()[1:] == [
+        (logging.getLevelName(level), n, m) for n, level, m in (exit_reason, crashed)
+    ]
+    assert sighting(*exit_reason) is None and sighting(*crashed) is None
+    folding.log("olstream.cli.source", logging.WARNING, SOURCE_ERROR_CALLBACK[2])  # not an exit reason
+    assert len(folding.shown()) == 3
+
+
 def test_each_broker_is_an_outage_of_its_own() -> None:
     folding = Folding()
     other = (
