@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -128,22 +127,23 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(
-    args: argparse.Namespace,
-    names: Callable[[Resolved], list[str]],
-    settings: tuple[Setting, ...] = STATUS,
-    missing: set[str] | None = None,
-) -> list[Any] | int:
-    """The records of the topics `names` chooses from the settings (the file's section `errors:`)."""
+def _resolved(args: argparse.Namespace, settings: tuple[Setting, ...]) -> Resolved | None:
+    """The action's settings (the file's section `errors:`); None once printed for --print-config."""
     r = resolve_unless_printed("errors", settings, args)
-    if r is None:
-        return []
-    setup_logging("text", "WARNING")
+    if r is not None:
+        setup_logging("text", "WARNING")
+    return r
+
+
+def _read(
+    args: argparse.Namespace, r: Resolved, names: list[str], missing: set[str] | None = None
+) -> list[Any] | int:
+    """The records of the topics `names`; an exit code when Kafka refused or did not answer."""
     what = f"olstream errors {args.errors_command}"
     try:
         kafka = connection_of(r)
         check_connection(kafka, r["wait"])
-        return read_topics(kafka, names(r), r["wait"], missing)
+        return read_topics(kafka, names, r["wait"], missing)
     except KafkaAuthError as e:
         print(f"{what}: {one_line(e)}", file=sys.stderr)
         return ExitCode.KAFKA_REFUSED
@@ -160,16 +160,14 @@ def _selection(args: argparse.Namespace) -> Selection:
     return Selection(args.reason, args.partition, args.from_offset, args.to_offset, since, until)
 
 
-def _chosen(args: argparse.Namespace, settings: tuple[Setting, ...] = STATUS) -> list[Any] | int:
+def _chosen(args: argparse.Namespace, r: Resolved) -> list[Any] | int:
     """The records of `--topic` the flags select; an exit code instead when there are none to show
-    (settings printed, Kafka refused or unreachable, nothing matches)."""
-    records = _read(args, lambda _: [args.topic], settings)
+    (Kafka refused or unreachable, nothing matches)."""
+    records = _read(args, r, [args.topic])
     if isinstance(records, int):
         return records
-    if args.print_config:
-        return ExitCode.OK
     selection = _selection(args)
-    chosen = [r for r in records if selection.matches(r)]
+    chosen = [record for record in records if selection.matches(record)]
     if not chosen:
         what = f"olstream errors {args.errors_command}"
         print(f"{what}: no record of {args.topic} matches the selection", file=sys.stderr)
@@ -181,21 +179,17 @@ def _run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    names: list[str] = []
-
-    def chosen(r: Resolved) -> list[str]:
-        names.extend(args.topic or r["topics"] or ERROR_TOPICS)
-        return names
-
+    r = _resolved(args, ERRORS_LIST)
+    if r is None:
+        return ExitCode.OK
+    names = list(args.topic or r["topics"] or ERROR_TOPICS)
     # the configured and the default topics are listed whether they exist or not (a source with its
     # own --topic has its errors in <topic>.errors; a receiver's DLQ appears with its first dead
     # letter); a topic named with --topic must exist
     missing: set[str] | None = None if args.topic else set()
-    records = _read(args, chosen, ERRORS_LIST, missing=missing)
+    records = _read(args, r, names, missing)
     if isinstance(records, int):
         return records
-    if args.print_config:
-        return ExitCode.OK
     rows = summarize(records)
     table = Table(title="error records (message times: when each was produced)")
     for column in ("topic", "reason", "records", "first", "last", "not re-drivable from copy"):
@@ -225,7 +219,10 @@ def _run_show(args: argparse.Namespace) -> int:
     if args.limit < 1:
         print("olstream errors show: --limit must be at least 1", file=sys.stderr)
         return ExitCode.CONFIG
-    chosen = _chosen(args)
+    r = _resolved(args, STATUS)
+    if r is None:
+        return ExitCode.OK
+    chosen = _chosen(args, r)
     if isinstance(chosen, int):
         return chosen
     if args.raw is not None:
@@ -249,11 +246,12 @@ def _run_redrive(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         print(f"{what}: --max-attempts must be at least 1", file=sys.stderr)
         return ExitCode.CONFIG
-    chosen = _chosen(args, ERRORS_REDRIVE)
+    r = _resolved(args, ERRORS_REDRIVE)
+    if r is None:
+        return ExitCode.OK
+    chosen = _chosen(args, r)
     if isinstance(chosen, int):
         return chosen
-    r = resolve_unless_printed("errors", ERRORS_REDRIVE, args)
-    assert r is not None
     request = RedriveRequest(
         args.topic, args.max_attempts, args.to_topic, args.dry_run, r["log_url"], r["wait"]
     )
