@@ -158,7 +158,8 @@ def every_command() -> dict[str, tuple[Setting, ...]]:
     return {
         **{"log simulate" if c == "simulate" else c: s for c, s in COMMAND_SETTINGS.items()},
         "replay": (*REPLAY_SETTINGS, *SINK_FLAGS),
-        "errors": operations.ERRORS_REDRIVE,
+        "errors show": operations.STATUS,
+        "errors redrive": operations.ERRORS_REDRIVE,
         **{title: s for title, (_, s) in INFRA_SETTINGS.items()},
         **{title: s for title, (_, s) in OPERATIONS_SETTINGS.items()},
     }

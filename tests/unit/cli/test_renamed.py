@@ -28,6 +28,7 @@ FLAG_RENAMES = sorted(
     (command, s) for command, settings in every_command().items() for s in settings if s.old.flag
 )
 WARNINGS = "olstream.shared.deprecated"
+POSITIONAL = {"errors show": ["t"], "errors redrive": ["t"], "explain": ["r1"]}  # what the parser requires
 
 
 def a_value(s: Setting) -> str:
@@ -91,7 +92,7 @@ def test_given_both_variables_the_new_one_wins_and_the_warning_says_so(
 def test_an_old_flag_still_works_and_warns(
     command: str, setting: Setting, caplog: pytest.LogCaptureFixture
 ) -> None:
-    argv = {"errors": ["errors", "list"], "explain": ["explain", "r1"]}.get(command, command.split())
+    argv = [*command.split(), *POSITIONAL.get(command, [])]
     args = build_parser().parse_args([*argv, setting.old.flag, "7"])
     assert getattr(args, old_dest(setting)) == "7" and getattr(args, setting.key) is None
     r = resolve(command, [setting], vars(args), {})
