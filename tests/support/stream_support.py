@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,6 +236,15 @@ def metric(port: int, name: str) -> float | None:
         if line.startswith(f"{name} "):
             return float(line.split()[1])
     return None
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float, *logs: Path, every: float = 0.2) -> None:
+    """Until `done()`; an AssertionError naming `what` and the tails of `logs` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g} s\n" + "\n".join(tail(p) for p in logs))
+        time.sleep(every)
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -21,7 +21,7 @@ from tests.support.stream_support import (
     produce_records,
     start_worker,
     stop,
-    tail,
+    wait_for,
     worker_cmd,
 )
 
@@ -33,13 +33,6 @@ OTHER_RUNS = 20
 
 def engine_run_ids(follower: Follower) -> set[str]:
     return {json.loads(o.value)["run"]["facets"]["workflow"]["engineRunId"] for o in follower.seen}
-
-
-def wait_for(what: str, condition: Any, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not within {timeout} s; worker log:\n{tail(log)}"
-        time.sleep(0.1)
 
 
 def test_a_child_waiting_for_a_log_partition_far_behind_holds_every_input_partition_of_its_worker(

@@ -29,6 +29,7 @@ from tests.support.stream_support import (
     start_worker,
     stop,
     tail,
+    wait_for,
     worker_cmd,
 )
 
@@ -69,13 +70,6 @@ def expected_events(records: list[Record]) -> set[tuple[str, str]]:
 
 def kinds(outs: list[Out]) -> set[tuple[str, str]]:
     return {(o.doc["run"]["facets"]["workflow"]["engineRunId"], o.doc["eventType"]) for o in outs}
-
-
-def wait_for(what: str, done: Callable[[], bool], timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, f"{what} within {timeout} s; log:\n{tail(log)}"
-        time.sleep(0.2)
 
 
 def counter(port: int, name: str) -> float:

@@ -25,6 +25,7 @@ from tests.support.stream_support import (
     start_worker,
     stop,
     tail,
+    wait_for,
     worker_cmd,
 )
 
@@ -44,14 +45,6 @@ def assigned(log: Path) -> list[int] | None:
     """The input partitions a worker's last completed rebalance gave it."""
     found = ASSIGNED.findall(log.read_text(errors="replace"))
     return [int(p) for p in found[-1].split(",") if p.strip()] if found else None
-
-
-def wait_for(what: str, check, timeout: float, *logs: Path) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not in {timeout:.0f} s\n" + "\n".join(tail(p, 30) for p in logs))
-        time.sleep(0.5)
 
 
 def test_a_replica_with_standby_copies_takes_a_killed_workers_partitions_within_seconds(
@@ -96,12 +89,13 @@ def test_a_replica_with_standby_copies_takes_a_killed_workers_partitions_within_
             a, b = assigned(logs[0]), assigned(logs[1])
             return bool(a) and bool(b) and sorted(a + b) == list(range(6))  # type: ignore[operator]
 
-        wait_for("both workers own input partitions", split, 60, *logs)
+        wait_for("both workers own input partitions", split, 60, *logs, every=0.5)
         wait_for(
             "the history processed",
             lambda: committed_everything(kafka_bootstrap, unique_group, src),
             120,
             *logs,
+            every=0.5,
         )
         survivor, victim = 0, 1
         taken = assigned(logs[victim])
@@ -113,7 +107,7 @@ def test_a_replica_with_standby_copies_takes_a_killed_workers_partitions_within_
                 and metric(ports[survivor], "olstream_stream_standby_lag") == 0
             )
 
-        wait_for("the survivor's copies of the victim's partitions caught up", warm, 60, *logs)
+        wait_for("the survivor's copies of the victim's partitions caught up", warm, 60, *logs, every=0.5)
         while follower.poll(1.0):
             pass
         assert len(follower.seen) >= len(history)  # the STARTs (the follower reads from the start)
