@@ -74,10 +74,7 @@ def main(args: argparse.Namespace) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     finally:
-        stream_worker.store.standby.close()  # its thread and its copies of the run states
-        stream_worker.changelog.close()  # nothing is left to send by then: a flush that returns
-        if stream_worker.reader.close():  # the reader's thread no longer touches the directory's store
-            stream_worker.starts.close()
+        stream_worker.parts.close()  # the standby's and the directory reader's threads, the changelog
     return 0
 
 

@@ -25,7 +25,7 @@ from olstream.streams.mapping import MappingConfig
 from olstream.streams.processor import apply
 from olstream.streams.run_directory import DirectoryLookup, NotCovered
 from olstream.streams.runid import epoch_millis
-from olstream.streams.runtime.chain import Step, Taken
+from olstream.streams.runtime.chain import Link, Step, Taken
 from olstream.streams.runtime.metrics import (
     EVICTED,
     JOB_PATH_TOO_LONG,
@@ -36,15 +36,18 @@ from olstream.streams.runtime.metrics import (
 )
 from olstream.streams.runtime.rejects import ErrorRecords
 from olstream.streams.runtime.run_table import RunTable
+from olstream.streams.runtime.transaction_errors import Fenced
 from olstream.streams.state import StreamInputError
 
 log = logging.getLogger(__name__)
 
 
-class ApplyRecord:
+class ApplyRecord(Link):
     """Applies one input record to its partition's state transaction."""
 
-    def __init__(self, cfg: MappingConfig, table: RunTable, errors: ErrorRecords, next_step: Step) -> None:
+    def __init__(
+        self, cfg: MappingConfig, table: RunTable, errors: ErrorRecords, next_step: Step[Taken]
+    ) -> None:
         self.cfg = cfg
         self.table = table
         self.errors = errors
@@ -52,14 +55,17 @@ class ApplyRecord:
         self.parent_warned = False
         self.path_warned = False
 
-    async def submit(self, item: Taken) -> None:
+    async def submit(self, item: Taken) -> Fenced | None:
         if not item.done:
-            item.done = not self.change_state(item)
-        await self.next.submit(item)
+            try:
+                item.done = not self.change_state(item)
+            except Fenced as e:  # an error record found the transaction fenced: the gate drops the batch
+                return e
+        return await self.next.submit(item)
 
     def change_state(self, item: Taken) -> bool:
         """Apply the record; False when there was nothing to apply or it was refused (it is done)."""
-        event, record = item.event, item.record
+        event, record = item.input.event, item.record
         if record is None:  # not decoded by the parent wait
             if (
                 not event.value
@@ -67,7 +73,9 @@ class ApplyRecord:
             ):
                 return False  # the source's marker of a row it sent to its errors topic
             try:
-                record = item.record = codec.decode(event.value, item.log_partition, item.log_offset)
+                record = item.record = codec.decode(
+                    event.value, item.input.log_partition, item.input.log_offset
+                )
             except DecodeError as e:  # undecodable, or invalid_time (naming the field)
                 self.errors.reject(event, e.error_reason, str(e))
                 return False
@@ -82,7 +90,9 @@ class ApplyRecord:
             EVICTED.inc(evicted)
         parents = item.lookup if isinstance(record, RunStarted) else None
         try:
-            step = apply(record, self.cfg, tx.get, item.partition, parents, redriven=item.redriven)
+            step = apply(
+                record, self.cfg, tx.get, item.input.partition, parents, redriven=item.input.redriven
+            )
         except StreamInputError as e:
             self.errors.reject(event, e.reason, str(e))
             return False

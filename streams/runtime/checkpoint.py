@@ -30,11 +30,13 @@ again, and the marks (``olstream.streams.log_marks``) skip what was stored alrea
 3 and 4 leaves the store behind its changelog: the next start restores the tail.
 
 Membership (``at_least_once``) and fencing (``exactly_once``) are the gate's
-(``olstream.streams.runtime.member_gate``): an accepted commit here counts for `Membership`, and a
-fenced transaction drops the batch through the gate's `abandon`.
+(``olstream.streams.runtime.member_gate``): an accepted commit here is booked with the input order
+(`InputOrder.note_commit`), which the gate asks, and a fenced transaction is returned to the gate,
+which drops the batch.
 
 `BatchCheckpoint` is the chain's last step: it counts each record into the batch and runs the
-checkpoint when the batch is full (the timer and a rebalance run it too, under the gate's lock).
+checkpoint when the batch is full, when the chain is joined (a rebalance, --until-idle), and when it
+is polled with a batch older than ``batch_within`` (a quiet batch); always under the gate's lock.
 """
 
 from __future__ import annotations
@@ -42,19 +44,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from faust.types import TP
 
-from olstream.contract.records import Record
 from olstream.shared.errors import DeliveryError
-from olstream.streams.input_tracker import InputTracker
 from olstream.streams.partition_state import ChangelogSends
-from olstream.streams.runtime.chain import Taken
+from olstream.streams.runtime.chain import ChainReport, Taken
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
-from olstream.streams.runtime.member_gate import Commit, Membership
+from olstream.streams.runtime.input_order import InputOrder
+from olstream.streams.runtime.member_gate import Commit
 from olstream.streams.runtime.metrics import BATCH_SECONDS, RETAINED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.sender import Sender
@@ -62,8 +62,6 @@ from olstream.streams.runtime.transaction_errors import Fenced
 from olstream.streams.runtime.transactions import WorkerTransactions
 
 log = logging.getLogger(__name__)
-
-OnFenced = Callable[[Fenced], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -75,19 +73,6 @@ class Batch:
     last_offsets: dict[int, int] = field(default_factory=dict)  # input partition -> its last offset
     # input partition -> {log partition: the highest log offset of its records}
     log_offsets: dict[int, dict[int, int]] = field(default_factory=dict)
-
-    def add(self, partition: int, offset: int, record: Record | None) -> None:
-        """Count the record at `offset` of input `partition` (`record`: its decoded log record)."""
-        if not self.size:
-            self.started = time.monotonic()
-        self.size += 1
-        self.last_offsets[partition] = offset  # records are taken in offset order
-        if record is not None:
-            log_offsets = self.log_offsets.get(partition)
-            if log_offsets is None:
-                log_offsets = self.log_offsets[partition] = {}
-            if record.offset > log_offsets.get(record.partition, -1):
-                log_offsets[record.partition] = record.offset
 
 
 class TransactionalChangelog:
@@ -111,126 +96,137 @@ class Checkpoint:
         table: RunTable,
         changelog: ChangelogWriter,
         commit: Commit,
-        tracker: InputTracker,
-        membership: Membership,
+        order: InputOrder,
+        report: ChainReport,
         transactions: WorkerTransactions | None = None,
-        on_fenced: OnFenced | None = None,
     ) -> None:
         self.input_topic = input_topic
         self.sender = sender
         self.table = table
         self.changelog = changelog
         self.commit = commit
-        self.tracker = tracker
-        self.membership = membership
-        self.seconds = 0.0  # time spent in checkpoints
+        self.order = order
+        self.report = report
         self.transactions = transactions
-        self.on_fenced = on_fenced
         self.changelog_sends: ChangelogSends = (
             changelog if transactions is None else TransactionalChangelog(transactions, changelog.topic)
         )
 
-    async def run(self, batch: Batch) -> None:
+    async def run(self, batch: Batch) -> Fenced | None:
         """The batch's checkpoint, its steps numbered as in the module docstring (an empty batch
-        commits what the tracker passed over). A failed send ends the process; a fenced transaction
-        drops the batch (`on_fenced`)."""
+        commits what the ledgers passed over). A failed send ends the process; a fenced transaction is
+        returned (the gate drops the batch)."""
         started = time.perf_counter()
-        tracker, table, exactly_once = self.tracker, self.table, self.transactions is not None
-        tracker.checkpoint_started()
-        waited = 0.0
+        order, table, transactions = self.order, self.table, self.transactions
         try:
-            waiting = time.monotonic()
-            try:
-                # 1. at_least_once: every send of the batch acknowledged (exactly_once: in the transactions)
-                if not exactly_once and batch.size:
+            with order.checkpointing():  # the tail checks wait; a slow checkpoint holds them longer
+                # 1. at_least_once: every send of the batch acknowledged (exactly_once: in the transaction)
+                if transactions is None and batch.size:
                     await self.sender.flush()
                 # 2. the batch's state to the changelog: each partition's run states, then its marks
                 writes = table.prepare_batch(self.changelog_sends) if batch.size else []
-                # 3. the changelog durable: acknowledged; under exactly_once the worker's
-                #    transaction committed with the input offsets
-                if exactly_once:
-                    next_changelog = await self.commit_transactions(batch)
+                # 3. the changelog durable: acknowledged; under exactly_once the worker's transaction
+                #    committed with the input offsets (every owned partition's, when anything is to
+                #    commit: each transaction carries the group's generation check)
+                if transactions is not None:
+                    offsets, every = order.transaction_positions(batch.last_offsets)
+                    sent = time.monotonic()
+                    next_changelog = await asyncio.get_running_loop().run_in_executor(
+                        None, transactions.commit, every if offsets or transactions.open else {}
+                    )
+                    if offsets:
+                        order.note_commit(offsets, sent)
                 else:
                     next_changelog = await self.changelog.flush() if batch.size else {}
                 # 4. the state stored, with the changelog offset past it (a restart restores the tail)
                 table.store_batch(writes, next_changelog)
                 # 5. at_least_once: the contiguous processed prefix of each input partition committed
-                if not exactly_once:
-                    for partition, offset in batch.last_offsets.items():
-                        tracker.stored(partition, offset)
-                    offsets = tracker.committable()
+                if transactions is None:
+                    offsets = order.commit_positions(batch.last_offsets)
+                    tps = {}
+                    for partition, offset in offsets.items():
+                        tps[TP(self.input_topic, partition)] = offset
                     sent = time.monotonic()
-                    if offsets and await self.commit(
-                        {TP(self.input_topic, p): o for p, o in offsets.items()}
-                    ):
-                        self.membership.confirmed_at = sent
-                        tracker.did_commit(offsets)
+                    if offsets and await self.commit(tps):
+                        order.note_commit(offsets, sent)
                     elif offsets:
                         log.info("input offsets %s not committed (a rebalance took the partitions)", offsets)
-            except Fenced as e:
-                if self.on_fenced is None:
-                    exit_on_failed_delivery(e)
-                await self.on_fenced(e)
-                return
-            except DeliveryError as e:
-                exit_on_failed_delivery(e)
-            waited = time.monotonic() - waiting
             for partition, log_offsets in batch.log_offsets.items():
                 table.committed_log.note_acked(partition, batch.last_offsets[partition], log_offsets)
-        finally:
-            tracker.checkpoint_ended(time.monotonic(), waited)
+        except Fenced as e:
+            return e
+        except DeliveryError as e:
+            exit_on_failed_delivery(e)
+        except Exception as e:  # not caught to go on: the process ends here
+            exit_on_unexpected("checkpointing a batch", e)
         elapsed = time.perf_counter() - started
-        self.seconds += elapsed
+        self.report.checkpoint_seconds += elapsed
         RETAINED.set(table.retention.retained)
         BATCH_SECONDS.set(elapsed)
         log.debug("batch of %d records checkpointed in %.3f s", batch.size, elapsed)
-
-    async def commit_transactions(self, batch: Batch) -> dict[int, int]:
-        """Step 3 under exactly_once: the worker's transaction committed with the input offsets (every
-        owned partition's, when anything is to commit: each transaction carries the generation check)."""
-        transactions = self.transactions
-        assert transactions is not None
-        for partition, offset in batch.last_offsets.items():
-            self.tracker.stored(partition, offset)  # in the transaction, which commits the offset with it
-        offsets, every = self.tracker.transaction_offsets()
-        sent = time.monotonic()
-        next_changelog = await asyncio.get_running_loop().run_in_executor(
-            None, transactions.commit, every if offsets or transactions.open else {}
-        )
-        if offsets:
-            self.membership.confirmed_at = sent
-            self.tracker.did_commit(offsets)
-        return next_changelog
+        return None
 
 
 class BatchCheckpoint:
-    """Step 7: counts each record into the batch, and checkpoints the batch when it is full.
+    """Step 7: counts each record into the batch, and checkpoints the batch when it is full, when the
+    chain is joined, and when a poll finds it older than `batch_within` (a quiet batch waits at most
+    that, plus the poll's interval). A closed chain drops the batch: after a join it is empty; after
+    a fence nothing of it was committed.
 
-    Runs under the gate's lock, as every checkpoint does (the timer's and a rebalance's through
-    `join`); an exception in a checkpoint ends the process (`exit_on_unexpected`)."""
+    Runs under the gate's lock, as every checkpoint does; an exception in a checkpoint ends the
+    process (`exit_on_unexpected`); a fence is returned to the gate."""
 
-    def __init__(self, checkpoint: Checkpoint, batch_size: int) -> None:
+    def __init__(
+        self, checkpoint: Checkpoint, batch_size: int, batch_within: float, report: ChainReport
+    ) -> None:
         self.checkpoint = checkpoint
         self.batch_size = batch_size
+        self.batch_within = batch_within
+        self.report = report
         self.batch = Batch()
-        self.full_seconds = 0.0  # time in the checkpoints of full batches (run from `submit`)
 
-    async def submit(self, item: Taken) -> None:
-        self.batch.add(item.partition, item.offset, item.record)
-        if self.batch.size >= self.batch_size:
-            started = time.perf_counter()
-            await self.join()
-            self.full_seconds += time.perf_counter() - started
+    async def submit(self, item: Taken) -> Fenced | None:
+        batch, partition, record = self.batch, item.input.partition, item.record
+        if not batch.size:
+            batch.started = time.monotonic()
+        batch.size += 1
+        batch.last_offsets[partition] = item.input.offset  # records are taken in offset order
+        if record is not None:  # the highest log offset of each log partition among its records
+            log_offsets = batch.log_offsets.get(partition)
+            if log_offsets is None:
+                log_offsets = batch.log_offsets[partition] = {}
+            if record.offset > log_offsets.get(record.partition, -1):
+                log_offsets[record.partition] = record.offset
+        self.report.batched = batch.size
+        if batch.size < self.batch_size:
+            return None
+        started = time.perf_counter()
+        self.batch = Batch()
+        fence = await self.checkpoint.run(batch)
+        if fence is None:
+            self.report.batched = 0
+        self.report.full_batch_seconds += time.perf_counter() - started
+        return fence
 
-    async def join(self) -> None:
-        """Checkpoint the batch (the caller holds the gate's lock)."""
+    async def assign(self, partitions: list[int]) -> None:
+        pass  # the batch is empty between a revocation and the next assignment
+
+    async def join(self) -> Fenced | None:
+        """Checkpoint the batch (the caller holds the gate's lock). After a fence the batch's size stays
+        reported: the gate says how many records it drops."""
         batch, self.batch = self.batch, Batch()
-        try:
-            await self.checkpoint.run(batch)
-        except Exception as e:  # not caught to go on: the process ends here
-            exit_on_unexpected("checkpointing a batch", e)
+        fence = await self.checkpoint.run(batch)
+        if fence is None:
+            self.report.batched = 0
+        return fence
 
-    def drop(self) -> int:
-        """Drop the batch (fenced: nothing of it was committed); its size."""
-        size, self.batch = self.batch.size, Batch()
-        return size
+    async def close(self) -> None:
+        """Drop the batch: empty after a join; after a fence nothing of it was committed."""
+        self.batch = Batch()
+        self.report.batched = 0
+
+    async def poll(self) -> Fenced | None:
+        batch = self.batch
+        if batch.size and time.monotonic() - batch.started >= self.batch_within:
+            return await self.join()
+        return None

@@ -1,17 +1,25 @@
-"""The worker's input order: the runtime side of ``olstream.streams.input_tracker``.
+"""The worker's input order: the runtime side of ``olstream.streams.input_tracker``, and its one owner.
 
-It gives the tracker its facts (a record arrived, the partitions assigned at the group's committed
-offsets, the broker's end offsets and first records) and carries out its decisions: a partition is
-read again by a seek on faust's consumer thread (``faust_private.seek_wait``); a hole or a tail is
-asked of the broker with a probe consumer of its own (``InputOffsets``, confluent-kafka).
+`InputOrder` alone holds the tracker; the steps and the worker ask it. It gives the tracker its
+facts (a record arrived, the partitions assigned at the group's committed offsets, the broker's end
+offsets and first records) and carries out its decisions: a partition is read again by a seek on
+faust's consumer thread (``faust_private.seek_wait``); a hole or a tail is asked of the broker with
+a probe consumer of its own (``InputOffsets``, confluent-kafka).
+
+It also keeps the commit bookkeeping, in one place (`note_commit`): which offsets the group accepted,
+and when it last accepted a commit of this worker, which is what the gate's membership check asks
+(`standing`; docs in ``olstream.streams.runtime.member_gate``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
 from typing import Any
 
 from aiokafka.errors import IllegalStateError
@@ -19,11 +27,13 @@ from confluent_kafka import KafkaException
 from faust.types import TP
 
 from olstream.shared.kafka_admin import passes_soon
+from olstream.streams.input_record import InputRecord
 from olstream.streams.input_tracker import Admission, InputTracker, ReadAgain, Ticket
 from olstream.streams.runtime import faust_private
-from olstream.streams.runtime.chain import Step, Taken
+from olstream.streams.runtime.chain import Link, Step, Taken
 from olstream.streams.runtime.input_offsets import InputOffsets
 from olstream.streams.runtime.metrics import INPUT_REREAD
+from olstream.streams.runtime.transaction_errors import Fenced
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +46,102 @@ HOLE = -2
 """`InputOrder.admit_at_once`: the record found a hole (`hole_found` asks the broker about it)."""
 
 
+class Standing(Enum):
+    """What `InputOrder.standing` says of a record's partition when the gate asks."""
+
+    GONE = "gone"  # its ledger changed (a rebalance began): its next owner reads the record again
+    CONFIRMED = "confirmed"  # owned, and the group accepted a commit of this worker recently enough
+    UNCONFIRMED = "unconfirmed"  # owned, but no accepted commit recent enough: ask the group first
+
+
 class InputOrder:
     """Takes input records strictly in offset order per partition, and reads a partition again where
     faust dropped records."""
 
     def __init__(
-        self, tracker: InputTracker, offsets: InputOffsets, consumer: Callable[[], Any], topic: str
+        self,
+        offsets: InputOffsets,
+        consumer: Callable[[], Any],
+        topic: str,
+        confirm_within: float,
+        fenced_by_transactions: bool,
     ) -> None:
-        self.tracker = tracker
+        self.tracker = InputTracker()
         self.offsets = offsets
         self.consumer = consumer  # faust's consumer (created lazily by the app)
         self.topic = topic
         self.assigned = asyncio.Event()  # set once the ledgers of the current assignment exist
+        self.confirm_within = confirm_within  # a third of the session timeout (at_least_once)
+        self.fenced_by_transactions = fenced_by_transactions  # exactly_once: always confirmed
+        self.confirmed_at = -math.inf  # monotonic time a commit the group accepted was sent
+
+    # ------------------------------------------------------------------ commits and membership
+
+    def standing(self, partition: int, identity: int) -> Standing:
+        """Whether the record admitted with `identity` may be processed now (the gate asks)."""
+        if not self.tracker.owns(partition, identity):
+            return Standing.GONE
+        if self.fenced_by_transactions or time.monotonic() - self.confirmed_at < self.confirm_within:
+            return Standing.CONFIRMED
+        return Standing.UNCONFIRMED
+
+    def owns(self, partition: int, identity: int) -> bool:
+        return self.tracker.owns(partition, identity)
+
+    def note_commit(self, offsets: dict[int, int], sent: float) -> None:
+        """The group accepted `offsets`, committed at monotonic time `sent`: the one place a commit is
+        booked (the ledgers' committed offsets, and the membership's last confirmation)."""
+        self.confirmed_at = sent
+        self.tracker.did_commit(offsets)
+
+    def recommit_offset(self, partition: int) -> int | None:
+        """The offset to commit again to ask the group whether this worker is still a member."""
+        return self.tracker.recommit_offset(partition)
+
+    @contextmanager
+    def checkpointing(self) -> Iterator[None]:
+        """Around a checkpoint: the tail checks wait meanwhile, and longer after one that took long
+        (`InputTracker.checkpoint_ended`); one that raised counts no time."""
+        self.tracker.checkpoint_started()
+        started = time.monotonic()
+        waited = 0.0
+        try:
+            yield
+            waited = time.monotonic() - started
+        finally:
+            self.tracker.checkpoint_ended(time.monotonic(), waited)
+
+    def commit_positions(self, last_offsets: dict[int, int]) -> dict[int, int]:
+        """at_least_once: the batch's records stored through `last_offsets`; the offsets to commit."""
+        for partition, offset in last_offsets.items():
+            self.tracker.stored(partition, offset)
+        return self.tracker.committable()
+
+    def transaction_positions(self, last_offsets: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+        """exactly_once: the batch's records are in the transaction through `last_offsets`; the offsets
+        that moved, and every owned partition's offset (what the transaction commits)."""
+        for partition, offset in last_offsets.items():
+            self.tracker.stored(partition, offset)  # in the transaction, which commits the offset with it
+        return self.tracker.transaction_offsets()
+
+    def partitions(self) -> list[int]:
+        """The partitions of the current assignment's ledgers."""
+        return self.tracker.partitions()
+
+    def wait_started(self) -> None:
+        """A child waits for its parent: the records behind it are held, not dropped."""
+        self.tracker.wait_started()
+
+    def wait_ended(self) -> None:
+        self.tracker.wait_ended(time.monotonic())
+
+    def stop(self) -> None:
+        """--until-idle decided to stop: nothing taken from now on would be committed."""
+        self.tracker.stopping = True
+
+    def rebalancing(self) -> bool:
+        """Between a revocation and the next assignment's ledgers."""
+        return self.tracker.rebalancing
 
     # ------------------------------------------------------------------ assignment
 
@@ -213,14 +307,15 @@ class InputOrder:
         return self.tracker.describe(time.monotonic())
 
 
-class AdmitInOrder:
-    """Step 1: take the record only as the next of its partition, in offset order (`InputOrder`)."""
+class AdmitInOrder(Link):
+    """Step 1: take the record only as the next of its partition, in offset order (`InputOrder`);
+    at a poll, seek again where a read again brought nothing."""
 
-    def __init__(self, order: InputOrder, next_step: Step) -> None:
+    def __init__(self, order: InputOrder, next_step: Step[Taken]) -> None:
         self.order = order
         self.next = next_step
 
-    async def submit(self, item: Taken) -> None:
+    async def submit(self, item: InputRecord) -> Fenced | None:
         partition, offset = item.partition, item.offset
         taken = self.order.admit_at_once(partition, offset)
         if taken == NOT_ASSIGNED:
@@ -228,6 +323,9 @@ class AdmitInOrder:
         elif taken == HOLE:
             taken = await self.order.hole_found(partition, offset)
         if taken is None:
-            return  # not the next record of its partition (read again, or from its commit)
-        item.identity = taken
-        await self.next.submit(item)
+            return None  # not the next record of its partition (read again, or from its commit)
+        return await self.next.submit(Taken(item, taken))
+
+    async def poll(self) -> Fenced | None:
+        await self.order.retry_rereads()
+        return await self.next.poll()

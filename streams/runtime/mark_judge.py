@@ -15,9 +15,10 @@ import logging
 
 from prometheus_client import Counter
 
-from olstream.streams.log_marks import Verdict, position_headers
-from olstream.streams.runtime.chain import Step, Taken
+from olstream.streams.log_marks import Verdict
+from olstream.streams.runtime.chain import Link, Step, Taken
 from olstream.streams.runtime.metrics import REDRIVEN
+from olstream.streams.runtime.transaction_errors import Fenced
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +32,19 @@ GAPS = Counter(
 )
 
 
-class JudgeMarks:
+class JudgeMarks(Link):
     """Passes over a record its log partition's mark covers; moves the mark past any other."""
 
-    def __init__(self, next_step: Step) -> None:
+    def __init__(self, next_step: Step[Taken]) -> None:
         self.next = next_step
         self.duplicates_logged = False
 
-    async def submit(self, item: Taken) -> None:
-        log_partition, log_offset, redriven = position_headers(item.event.message.headers)
-        item.log_partition, item.log_offset = log_partition, log_offset
+    async def submit(self, item: Taken) -> Fenced | None:
+        record = item.input
+        log_partition, log_offset = record.log_partition, record.log_offset
         if log_partition is not None and log_offset is not None:
-            if redriven:
+            if record.redriven:
                 REDRIVEN.inc()
-                item.redriven = True
             else:
                 state = item.state
                 assert state is not None, "the gate opens the partition's state"
@@ -56,20 +56,20 @@ class JudgeMarks:
                     if verdict is Verdict.GAP:
                         self.note_gap(item, log_partition, log_offset)
                     state.applied(log_partition, log_offset)
-        await self.next.submit(item)
+        return await self.next.submit(item)
 
     def note_duplicate(self, item: Taken, log_partition: int, offset: int) -> None:
         DUPLICATES.inc()
         if not self.duplicates_logged:
             self.duplicates_logged = True
             assert item.state is not None
-            mark = item.state.marks.current(item.partition, log_partition)
+            mark = item.state.marks.current(item.input.partition, log_partition)
             # info: records read again behind the stored state after every restart are duplicates too
             log.info(
                 "input partition %d: the record of log partition %d, offset %d was applied before "
                 "(the partition's mark is at offset %d): skipped, as every such repeat is "
                 "(duplicates_total counts them; logged once per worker)",
-                item.partition,
+                item.input.partition,
                 log_partition,
                 offset,
                 mark.high if mark is not None else -1,
@@ -78,13 +78,13 @@ class JudgeMarks:
     def note_gap(self, item: Taken, log_partition: int, offset: int) -> None:
         GAPS.inc()
         assert item.state is not None
-        mark = item.state.marks.current(item.partition, log_partition)
+        mark = item.state.marks.current(item.input.partition, log_partition)
         assert mark is not None
         log.warning(
             "input partition %d: log partition %d goes on at offset %d; offsets %d..%d never arrived "
             "(applied as usual; nothing is guessed for the missing ones, which are applied if they come "
             "later)",
-            item.partition,
+            item.input.partition,
             log_partition,
             offset,
             mark.high + 1,

@@ -2,7 +2,10 @@
 of the group; the worker's lock, its membership and its fencing live here.
 
 **The lock.** One of a record being processed, a checkpoint, a rebalance hook holds it: the steps
-after the gate, the checkpoint included, run under it.
+after the gate, the checkpoint included, run under it, and so do the chain's life-cycle calls
+(``olstream.streams.runtime.chain``): `join`, `close` (a revocation: join, then forget the
+assignment) and `poll`. The gate also takes a new assignment (`assign`): the worker's producer
+started once, the group's stable committed offsets, the partitions' run states, then the ledgers.
 
 **Ownership.** A record admitted before a rebalance began is dropped here when its partition's
 ledger changed meanwhile (`InputTracker.owns`): its next owner reads it again from the commit.
@@ -13,15 +16,16 @@ coordinator; until then it still holds its assignment and would process records 
 new owner processes too. Its commits are refused, but its events are not: an old START sent after
 the new owner's terminal event leaves a run running in the receiver. So no record is processed
 unless a commit of this worker's generation was accepted within ``confirm_within`` seconds (a third
-of the session timeout) before it (`Membership`): each checkpoint's accepted commit counts, and
+of the session timeout) before it: each checkpoint's accepted commit counts, and
 where none is recent enough the gate commits the partition's committed offset again. The broker
 cannot have given the partitions away before a session timeout after an accepted commit, so a
 record processed within a third of it belongs to a current member, unless the process paused in
 between (a GC pause, CPU throttling, a VM migration): only a fencing token closes that, which is
 what ``exactly_once``'s transactions are.
 
-**Fencing** (``exactly_once``). A send or a checkpoint whose transaction can never commit drops the
-batch (`abandon`): nothing of it was committed. Fenced by the group's generation (the group dropped
+**Fencing** (``exactly_once``). A send or a checkpoint whose transaction can never commit returns the
+fence up the chain to the gate, which drops the batch (`abandon`: the steps after it are closed):
+nothing of it was committed. Fenced by the group's generation (the group dropped
 this worker: another one may own its partitions now), the worker waits for the group's rebalance,
 and leaves (`FENCED`) when none comes within `REJOIN_SECONDS`. Fenced by the producer's epoch (the
 broker aborted a transaction open past its timeout), the producer is replaced and the worker reads
@@ -32,16 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from faust.types import TP
 
-from olstream.streams.input_tracker import InputTracker
-from olstream.streams.runtime.chain import Step, Taken
-from olstream.streams.runtime.exits import exit_on_failed_delivery
-from olstream.streams.runtime.input_order import InputOrder
+from olstream.streams.runtime.chain import ChainReport, Link, Step, Taken
+from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
+from olstream.streams.runtime.input_order import InputOrder, Standing
 from olstream.streams.runtime.metrics import FENCES, MEMBERSHIP_REFUSED
 from olstream.streams.runtime.run_table import RunTable
 from olstream.streams.runtime.transaction_errors import Fenced, GenerationFenced
@@ -54,23 +56,10 @@ REJOIN_SECONDS = 120.0  # a refused or fenced worker waits this long for the reb
 Commit = Callable[[Mapping[TP, int]], Awaitable[bool]]
 
 
-class Membership:
-    """When the group last accepted a commit of this worker (`confirmed_at`, set by each accepted
-    commit), and whether that is recent enough to process a record (`confirmed`); always under
-    exactly_once, whose transactions fence a dropped worker's sends."""
-
-    def __init__(self, confirm_within: float, fenced_by_transactions: bool) -> None:
-        self.confirm_within = confirm_within
-        self.fenced_by_transactions = fenced_by_transactions
-        self.confirmed_at = -math.inf  # monotonic time a commit the group accepted was sent
-
-    def confirmed(self) -> bool:
-        return self.fenced_by_transactions or time.monotonic() - self.confirmed_at < self.confirm_within
-
-
-class MemberGate:
+class MemberGate(Link):
     """Holds the lock around the rest of the chain; lets a record on only while its partition is
-    owned by a current member; opens its partition's state (and producer) transaction."""
+    owned by a current member; opens its partition's state transaction; takes an assignment; drops
+    the batch when the chain returns a fence."""
 
     def __init__(
         self,
@@ -78,54 +67,96 @@ class MemberGate:
         order: InputOrder,
         table: RunTable,
         transactions: WorkerTransactions | None,
-        membership: Membership,
         commit: Commit,
-        drop_batch: Callable[[], int],
-        next_step: Step,
+        report: ChainReport,
+        next_step: Step[Taken],
     ) -> None:
         self.input_topic = input_topic
         self.order = order
-        self.tracker: InputTracker = order.tracker
         self.table = table
         self.transactions = transactions
-        self.membership = membership
         self.commit = commit
-        self.drop_batch = drop_batch  # drops the checkpoint step's batch (fenced); its size
+        self.report = report
         self.next = next_step
         self.lock = asyncio.Lock()
         self.fenced_at: float | None = None  # when a fence dropped the batch, until the next assignment
-        self.busy_seconds = 0.0  # time in the steps after the gate (full batches' checkpoints included)
 
     async def submit(self, item: Taken) -> None:
-        partition = item.partition
+        partition = item.input.partition
         async with self.lock:
-            if not self.tracker.owns(partition, item.identity):
+            standing = self.order.standing(partition, item.identity)
+            if standing is Standing.GONE:
                 return  # revoked while it waited: its next owner reads it again
-            if self.membership.confirmed() or await self.confirm_member(partition):
+            if standing is Standing.CONFIRMED or await self.confirm_member(partition):
                 item.state = self.table.transaction(partition)
                 started = time.perf_counter()
-                try:
-                    await self.next.submit(item)
-                except Fenced as e:
-                    await self.abandon(e)
-                self.busy_seconds += time.perf_counter() - started
+                fence = await self.next.submit(item)
+                if fence is not None:
+                    await self.abandon(fence)
+                self.report.processing_seconds += time.perf_counter() - started
                 return
-        await self.wait_until_revoked(partition, item.offset, item.identity)
+        await self.wait_until_revoked(partition, item.input.offset, item.identity)
+
+    # ------------------------------------------------------------------ the chain's life cycle
+
+    async def assign(self, partitions: list[int]) -> None:
+        """Take a new assignment: the worker's producer (the first time only: it is kept across
+        rebalances), the group's stable committed offsets (a previous owner's transaction holding
+        them ended, committed or aborted, so the restore after it reads what that transaction wrote,
+        or nothing of it), the partitions' run states (committed state only), then the ledgers."""
+        self.fenced_at = None
+        loop = asyncio.get_running_loop()
+        try:
+            if self.transactions is not None:
+                await loop.run_in_executor(None, self.transactions.start)
+            bases, never = await self.order.positions(partitions)
+            await loop.run_in_executor(None, self.table.assign, partitions)
+            self.order.take(bases, never)
+        except Exception as e:  # the broker did not say where the group stands: nothing is safe to take
+            exit_on_unexpected(f"taking input partitions {partitions} (producer, offsets, run states)", e)
+        await self.next.assign(partitions)
+
+    async def join(self) -> None:
+        """Checkpoint the batch, under the lock."""
+        async with self.lock:
+            fence = await self.next.join()
+            if fence is not None:
+                await self.abandon(fence)
+
+    async def close(self) -> None:
+        """A revocation: join (the batch is checkpointed before the partitions go, so nothing of a
+        revoked partition is written afterwards), then forget the assignment, under the lock."""
+        async with self.lock:
+            fence = await self.next.join()
+            if fence is not None:
+                await self.abandon(fence)
+            self.order.revoked()
+            self.table.forget_assignment()
+            await self.next.close()
+
+    async def poll(self) -> None:
+        """Leave when fenced too long; the steps after the gate do their due work under the lock."""
+        self.check_rejoined()
+        async with self.lock:
+            fence = await self.next.poll()
+            if fence is not None:
+                await self.abandon(fence)
+
+    # ------------------------------------------------------------------ membership
 
     async def confirm_member(self, partition: int) -> bool:
         """No commit was accepted within `confirm_within` seconds: whether the group still counts this
         worker as a member of the current generation, after committing `partition`'s committed offset
         again (under the lock, so never beside a checkpoint's commit: an offset never goes backwards).
         False: the commit was refused (a rebalance is on its way)."""
-        offset = self.tracker.recommit_offset(partition)
+        offset = self.order.recommit_offset(partition)
         if offset is None:
             return False
         sent = time.monotonic()
         if not await self.commit({TP(self.input_topic, partition): offset}):
             MEMBERSHIP_REFUSED.inc()
             return False
-        self.membership.confirmed_at = sent
-        self.tracker.did_commit({partition: offset})
+        self.order.note_commit({partition: offset}, sent)
         return True
 
     async def wait_until_revoked(self, partition: int, offset: int, identity: int) -> None:
@@ -138,7 +169,7 @@ class MemberGate:
             offset,
         )
         deadline = time.monotonic() + REJOIN_SECONDS
-        while self.tracker.owns(partition, identity):
+        while self.order.owns(partition, identity):
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"no rebalance within {REJOIN_SECONDS:.0f} s after the group refused a commit of "
@@ -146,12 +177,16 @@ class MemberGate:
                 )
             await asyncio.sleep(0.1)
 
+    # ------------------------------------------------------------------ fencing
+
     async def abandon(self, e: Fenced) -> None:
         """Fenced (exactly_once): the batch's transaction can never commit. Nothing of it was committed:
-        drop it, forget the assignment's ledgers and end the open transaction (the producer replaced
-        when fenced for good). Fenced by the generation, records wait for the group's rebalance;
-        fenced by the epoch, the partitions are read again from the committed offsets at once."""
-        dropped = self.drop_batch()
+        drop it (the steps after the gate are closed), forget the assignment's ledgers and end the open
+        transaction (the producer replaced when fenced for good). Fenced by the generation, records
+        wait for the group's rebalance; fenced by the epoch, the partitions are read again from the
+        committed offsets at once."""
+        dropped = self.report.batched
+        await self.next.close()
         log.warning(
             "%s; the batch of %d records is dropped (nothing of it was committed, its records are read "
             "again from the committed offsets)%s",
@@ -161,7 +196,7 @@ class MemberGate:
         )
         FENCES.inc()
         self.table.discard_batch()
-        owned = self.tracker.partitions()
+        owned = self.order.partitions()
         self.order.revoked()  # the synchronous part first: a checkpoint meanwhile finds nothing
         if self.transactions is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.transactions.recover)

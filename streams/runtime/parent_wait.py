@@ -17,18 +17,19 @@ from olstream.contract import codec, wire
 from olstream.contract.records import RunStarted
 from olstream.shared.errors import DecodeError
 from olstream.streams import state as st
-from olstream.streams.input_tracker import InputTracker
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.processor import parent_resolver
 from olstream.streams.run_directory import DirectoryLookup, Heads, NotCovered, RunDirectory
 from olstream.streams.runid import epoch_millis
-from olstream.streams.runtime.chain import Step, Taken
+from olstream.streams.runtime.chain import Link, Step, Taken
 from olstream.streams.runtime.directory_reader import DirectoryReader
+from olstream.streams.runtime.input_order import InputOrder
 from olstream.streams.runtime.metrics import CHILDREN_WAITING, PARENT_WAIT_RECORD_SECONDS, PARENT_WAIT_SECONDS
+from olstream.streams.runtime.transaction_errors import Fenced
 from olstream.streams.state import StreamInputError
 
 
-class ParentWait:
+class ParentWait(Link):
     """Decodes a RunStarted with heads, builds its directory lookup, and holds a child until the
     directory covers what its lineage needs."""
 
@@ -38,18 +39,18 @@ class ParentWait:
         max_event_bytes: int,
         directory: RunDirectory,
         reader: DirectoryReader,
-        tracker: InputTracker,
-        next_step: Step,
+        order: InputOrder,
+        next_step: Step[Taken],
     ) -> None:
         self.cfg = cfg
         self.directory = directory
         self.reader = reader
-        self.tracker = tracker
+        self.order = order
         self.resolve_parent = parent_resolver(cfg, max_event_bytes)
         self.next = next_step
 
-    async def submit(self, item: Taken) -> None:
-        event = item.event
+    async def submit(self, item: Taken) -> Fenced | None:
+        event = item.input.event
         raw = wire.header_value(event.message.headers, wire.HEADER_HEADS) if event.value else None
         if raw is not None:
             try:  # decoded again by `ApplyRecord`, naming its positions, only when this fails
@@ -69,21 +70,21 @@ class ParentWait:
                 )
                 if record.parent is not None:
                     await self.wait(record, lookup, event.message.timestamp)
-        await self.next.submit(item)
+        return await self.next.submit(item)
 
     async def wait(self, record: RunStarted, lookup: DirectoryLookup, timestamp: object) -> None:
         started = time.monotonic()
         need = self.pending(record, lookup)
         if need is not None:
             CHILDREN_WAITING.inc()
-            self.tracker.wait_started()  # the records behind it are held, not dropped
+            self.order.wait_started()  # the records behind it are held, not dropped
             try:
                 while need is not None:
                     await self.reader.wait_covered(need)
                     need = self.pending(record, lookup)
             finally:
                 CHILDREN_WAITING.dec()
-                self.tracker.wait_ended(time.monotonic())
+                self.order.wait_ended()
             if isinstance(timestamp, (int, float)) and timestamp > 0:
                 behind = (self.reader.newest_ms - timestamp * 1000) / 1000
                 PARENT_WAIT_RECORD_SECONDS.observe(max(0.0, behind))

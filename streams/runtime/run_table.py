@@ -36,7 +36,7 @@ class RunTable:
     def __init__(self, settings: WorkerSettings, store: RunStore, owned: Callable[[], set[Any]]) -> None:
         self.settings = settings
         self.store = store
-        self.owned = owned  # the input topic partitions assigned now
+        self.owned = owned  # the input topic partitions faust's consumer is assigned now
         self.retention = Retention(settings.retention_ms)
         self.committed_log = CommittedLogPositions()
         self.rescan_needed = True
@@ -44,6 +44,16 @@ class RunTable:
         # per (input partition, log partition): the highest log offset applied (olstream.streams.log_marks)
         self.marks: MarkBook[None] = MarkBook()
         self.open: dict[int, PartitionState] = {}  # the batch's transactions, by input partition
+
+    def assign(self, partitions: list[int]) -> None:
+        """A new assignment: open the stores of its partitions, restored from their changelog (blocks:
+        run it in an executor)."""
+        self.store.assign(partitions)
+
+    def forget_assignment(self) -> None:
+        """A revocation: what was read is read again (the caches, marks and retention index are rebuilt
+        from the store) once the next assignment's partitions are restored."""
+        self.rescan_needed = True
 
     def transaction(self, partition: int) -> PartitionState:
         """Input partition `partition`'s state transaction of the batch (opened on first use)."""

@@ -33,7 +33,7 @@ from olstream.streams.framed_input import InputFraming
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
-from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics
+from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics, worker_parts
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.runtime.transaction_errors import GenerationFenced, ProducerFenced, TransactionFailed
@@ -378,18 +378,19 @@ class Rig:
         )
         self.app = FakeApp(self.consumer)
         self.stream = FakeStream()
-        monkeypatch.setattr(agent, "Sender", lambda *_args, **_kw: self.sender)
-        monkeypatch.setattr(agent, "ChangelogWriter", lambda *_args, **_kw: self.changelog)
-        monkeypatch.setattr(agent, "InputOffsets", lambda *_args, **_kw: self.offsets)
-        monkeypatch.setattr(agent, "DirectoryReader", FakeDirectoryReader)
+        parts = worker_parts
+        monkeypatch.setattr(parts, "Sender", lambda *_args, **_kw: self.sender)
+        monkeypatch.setattr(parts, "ChangelogWriter", lambda *_args, **_kw: self.changelog)
+        monkeypatch.setattr(parts, "InputOffsets", lambda *_args, **_kw: self.offsets)
+        monkeypatch.setattr(parts, "DirectoryReader", FakeDirectoryReader)
         monkeypatch.setattr(
-            agent,
+            parts,
             "kept_directory",
             lambda settings, _partitions: (None, RunDirectory(starts=MemoryRunStarts())),
         )
-        monkeypatch.setattr(agent, "RunStore", lambda *_args, **_kw: self.table)
+        monkeypatch.setattr(parts, "RunStore", lambda *_args, **_kw: self.table)
         self.transactions = FakeTransactions(self.trace, self.table)
-        monkeypatch.setattr(agent.StreamWorker, "worker_transactions", lambda *_args: self.transactions)
+        monkeypatch.setattr(parts, "worker_transactions", lambda *_args: self.transactions)
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
         monkeypatch.setattr(exits, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
@@ -413,7 +414,15 @@ class Rig:
         [self.process] = self.app.agents
         self.rebalance(assigned=partitions)  # as faust's first assignment: ledgers at the commits
         if member_confirmed:  # the group's acceptance is not under test: every record finds it recent
-            self.worker.membership.confirmed_at = math.inf
+            self.worker.order.confirmed_at = math.inf
+
+    @property
+    def gate(self) -> member_gate.MemberGate:
+        """The chain's gate (step 3), which the fencing tests look into."""
+        step: Any = self.worker.head
+        while not isinstance(step, member_gate.MemberGate):
+            step = step.next
+        return step
 
     def rebalance(self, assigned: tuple[int, ...]) -> None:
         """A rebalance as faust runs it: the revocation hook, then the assignment hook."""
@@ -436,7 +445,7 @@ class Rig:
         self.loop.run_until_complete(self.app.timers[timer]())
 
     def flush_quiet_batch(self) -> None:
-        self.tick("flush_quiet_batch")  # batch_within 0: any batch is quiet
+        self.tick("poll_timer")  # batch_within 0: any batch is quiet
 
     def take(self) -> Trace:
         """The trace so far, cleared."""
@@ -497,7 +506,11 @@ def test_a_checkpoint_flushes_the_sends_then_stores_then_flushes_the_changelog_t
         ("changelog",),
         ("commit", 0, 4),  # the processed prefix, once
     ]
-    assert not rig.worker.batch.size and not rig.worker.table.open and not rig.worker.table.marks.batch
+    assert (
+        not rig.worker.parts.report.batched
+        and not rig.worker.parts.table.open
+        and not rig.worker.parts.table.marks.batch
+    )
     assert loads_mark(rig.table.rows[b"hwm:0:0"]) == LogMark(3)
 
 
@@ -508,7 +521,7 @@ def test_nothing_is_stored_or_committed_before_the_batch_is_checkpointed(rig: Ri
     assert rig.table.rows == {}
     rig.flush_quiet_batch()
     assert kinds(rig.take()) == ["flush", "set", "set", "changelog", "commit"]
-    assert rig.worker.tracker.committed == {0: 2, 1: 0}
+    assert rig.worker.order.tracker.committed == {0: 2, 1: 0}
 
 
 def test_a_failed_flush_exits_without_storing_or_committing_the_batch(
@@ -561,7 +574,7 @@ def test_an_unexpected_exception_in_a_checkpoint_exits_before_the_batch_is_commi
         raise OSError("broker gone")
 
     if step == "state":
-        monkeypatch.setattr(rig.worker.table, "store_batch", broken)
+        monkeypatch.setattr(rig.worker.parts.table, "store_batch", broken)
     else:
         monkeypatch.setattr(rig.changelog, "flush", broken_flush)
     rig.feed(event_of(started("r1", offset=0), 0, 0))
@@ -576,7 +589,7 @@ def test_the_commit_waits_until_the_broker_acknowledged_every_changelog_write(ri
     rig.changelog.hold = True
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     rig.take()
-    task = rig.loop.create_task(rig.worker.run_checkpoint())
+    task = rig.loop.create_task(rig.worker.head.join())
     rig.loop.run_until_complete(asyncio.sleep(0.01))
     assert kinds(rig.take()) == ["flush", "set", "set", "changelog"]  # no commit yet
     assert not task.done()
@@ -622,7 +635,7 @@ def test_a_record_admitted_while_a_rebalance_begins_is_not_processed(rig: Rig) -
 
 def test_records_are_not_taken_once_the_worker_decided_to_stop(rig: Rig) -> None:
     rig.take()
-    rig.worker.tracker.stopping = True  # --until-idle decided: what it took now would not be committed
+    rig.worker.order.tracker.stopping = True  # --until-idle decided: what it took now would not be committed
     rig.feed(event_of(started("r0", offset=0), 0, 0))
     assert rig.take() == []
 
@@ -637,7 +650,7 @@ def test_a_commit_the_consumer_refuses_is_asked_again_with_the_next_checkpoint(r
     rig.feed(event_of(ended("r1", offset=1), 0, 1))
     rig.flush_quiet_batch()
     assert commits(rig.take(), 0) == [2]
-    assert rig.worker.tracker.committed[0] == 2
+    assert rig.worker.order.tracker.committed[0] == 2
 
 
 # ---------------------------------------------------------------------------- membership
@@ -664,7 +677,7 @@ def test_a_record_is_processed_only_after_the_group_accepted_a_commit_recently(
     rig.feed(event_of(started("r2", offset=2, instance="i2"), 0, 2))
     assert rig.take() == [("send", OUTPUT, "START", "r2")]
     # once it is older than a third of the session timeout, it does again
-    rig.worker.membership.confirmed_at -= rig.worker.settings.session_timeout / 3
+    rig.worker.order.confirmed_at -= rig.worker.settings.session_timeout / 3
     rig.feed(event_of(ended("r2", offset=3), 0, 3))
     assert rig.take() == [("commit", 0, 2), ("send", OUTPUT, "COMPLETE", "r2")]
 
@@ -681,7 +694,7 @@ def test_a_record_the_group_refuses_waits_unprocessed_for_the_rebalance_and_its_
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     assert rig.take() == [("commit", 0, 0)]  # refused: nothing sent, stored or committed
     assert metrics.MEMBERSHIP_REFUSED._value.get() == refused + 1
-    assert rig.worker.batch.size == 0
+    assert rig.worker.parts.report.batched == 0
     # the new assignment reads the record again from the committed offset, and processes it
     rig.consumer.commit_ok = True
     [on_assigned] = rig.app.on_partitions_assigned.receivers
@@ -850,7 +863,7 @@ def test_an_assignment_during_a_leader_election_asks_the_broker_again(
     rig.offsets.committed = electing  # type: ignore[method-assign]
     rig.offsets.committed_offsets[0] = 3
     rig.rebalance(assigned=(0, 1))
-    assert answers == [] and rig.worker.tracker.committed == {0: 3, 1: 0}
+    assert answers == [] and rig.worker.order.tracker.committed == {0: 3, 1: 0}
 
 
 def test_an_assignment_whose_offsets_cannot_be_read_leaves_without_taking_anything(rig: Rig) -> None:
@@ -896,7 +909,7 @@ def test_an_empty_hole_is_passed_and_committed_over(rig: Rig) -> None:
 
 def _quiet_for_a_while(rig: Rig, *partitions: int) -> None:
     for p in partitions:
-        rig.worker.tracker.ledgers[p].seen_at = time.monotonic() - input_tracker.TAIL_QUIET_SECONDS - 1
+        rig.worker.order.tracker.ledgers[p].seen_at = time.monotonic() - input_tracker.TAIL_QUIET_SECONDS - 1
 
 
 def test_a_tail_fetched_but_never_delivered_is_read_again(rig: Rig) -> None:
@@ -929,9 +942,9 @@ def test_a_tail_of_transaction_markers_is_passed_without_reading_again(rig: Rig)
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
     assert seeks(rig.take()) == []
-    rig.tick("flush_quiet_batch")  # nothing in the batch: no checkpoint
+    rig.tick("poll_timer")  # nothing in the batch: no checkpoint
     assert rig.take() == []
-    rig.loop.run_until_complete(rig.worker.run_checkpoint())  # the next checkpoint commits over it
+    rig.loop.run_until_complete(rig.worker.head.join())  # the next checkpoint commits over it
     assert commits(rig.take(), 0) == [2]
 
 
@@ -953,7 +966,7 @@ def test_a_rebalance_checkpoints_the_batch_before_the_partitions_go(rig: Rig) ->
         "commit",
     ]
     assert commits(trace, 0) == [1] and commits(trace, 1) == [1]
-    assert set(rig.worker.tracker.ledgers) == {1}
+    assert set(rig.worker.order.tracker.ledgers) == {1}
     rig.feed(event_of(started("r2", offset=1), 0, 1))  # a late record of a revoked partition
     rig.flush_quiet_batch()
     assert rig.take() == []
@@ -963,16 +976,16 @@ def test_a_rebalance_or_a_checkpoint_under_way_holds_the_tail_check(rig: Rig) ->
     rig.offsets.end_offsets.update({0: 5, 1: 0})
     rig.offsets.first_from[(0, 0)] = 0
     rig.app.rebalancing = True
-    rig.worker.tracker.rebalancing = True  # the revocation hook ran; the assignment hook did not yet
+    rig.worker.order.tracker.rebalancing = True  # the revocation hook ran; the assignment hook did not yet
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
     assert seeks(rig.take()) == []
-    rig.worker.tracker.rebalancing = False
-    rig.worker.tracker.checkpointing = True
+    rig.worker.order.tracker.rebalancing = False
+    rig.worker.order.tracker.checkpointing = True
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
     assert seeks(rig.take()) == []
-    rig.worker.tracker.checkpointing = False
+    rig.worker.order.tracker.checkpointing = False
     _quiet_for_a_while(rig, 0, 1)
     rig.tick("tail_timer")
     assert seeks(rig.take()) == [("seek", 0, 0)]
@@ -983,7 +996,7 @@ def test_a_record_that_arrives_while_the_broker_is_asked_cancels_the_read_again(
     rig.offsets.end_offsets.update({0: 5, 1: 0})
 
     async def record_arrives_meanwhile(partition: int, offset: int) -> int | None:
-        rig.worker.tracker.arrived(partition, offset, time.monotonic())  # as admit() does
+        rig.worker.order.tracker.arrived(partition, offset, time.monotonic())  # as admit() does
         return 0
 
     rig.offsets.first_offset_from = record_arrives_meanwhile  # type: ignore[method-assign]
@@ -1026,8 +1039,8 @@ def test_a_later_batch_reads_the_stored_state(rig: Rig) -> None:
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     rig.flush_quiet_batch()
     rig.take()
-    rig.worker.table.cache.clear()  # read it from the table, not from what the worker remembers
-    rig.worker.table.marks.clear()
+    rig.worker.parts.table.cache.clear()  # read it from the table, not from what the worker remembers
+    rig.worker.parts.table.marks.clear()
     rig.feed(event_of(ended("r1", offset=1), 0, 1), event_of(ended("r1", offset=1), 0, 2))
     rig.flush_quiet_batch()
     trace = rig.take()
@@ -1050,8 +1063,8 @@ def test_without_a_stored_mark_a_replay_re_emits_from_the_run_state(rig: Rig) ->
     rig.flush_quiet_batch()
     first = [v for t, v, _ in rig.sender.values if t == OUTPUT]
     del rig.table.rows[b"hwm:0:0"]
-    rig.worker.table.cache.clear()
-    rig.worker.table.marks.clear()
+    rig.worker.parts.table.cache.clear()
+    rig.worker.parts.table.marks.clear()
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 2), event_of(ended("r1", offset=1), 0, 3))
     rig.flush_quiet_batch()
@@ -1214,7 +1227,7 @@ def test_under_exactly_once_a_batch_is_one_transaction_of_the_worker_and_stored_
     assert rig.transactions.rows_at_commit == [{}]  # nothing stored before the commit
     assert rig.table.state("r1") is not None and rig.table.state("r2", 1) is not None
     assert rig.table.writes == [(0, 2), (1, 2)]  # each store with the changelog offset past its writes
-    assert rig.worker.tracker.committed == {0: 2, 1: 1}
+    assert rig.worker.order.tracker.committed == {0: 2, 1: 1}
 
 
 def test_under_exactly_once_a_rebalance_initialises_no_producer(
@@ -1237,7 +1250,7 @@ def test_under_exactly_once_a_transaction_carries_every_owned_partitions_offset(
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0))
     assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 1), (1, 7)))]
-    assert rig.worker.tracker.committed == {0: 1, 1: 7}
+    assert rig.worker.order.tracker.committed == {0: 1, 1: 7}
 
 
 def test_under_exactly_once_a_worker_the_group_dropped_drops_its_batch_and_goes_on_once_reassigned(
@@ -1251,13 +1264,13 @@ def test_under_exactly_once_a_worker_the_group_dropped_drops_its_batch_and_goes_
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert rig.table.rows == {} and rig.table.writes == []
     assert ("txn-abort",) in rig.take()
-    assert not rig.worker.input.assigned.is_set()  # records wait for the rebalance
-    assert rig.worker.gate.fenced_at is not None and not rig.worker.batch.size
+    assert not rig.worker.order.assigned.is_set()  # records wait for the rebalance
+    assert rig.gate.fenced_at is not None and not rig.worker.parts.report.batched
     assert metrics.FENCES._value.get() >= 1
 
     rig.transactions.fenced = None
     rig.rebalance(assigned=(0, 1))  # the group's rebalance gives it its partitions again
-    assert rig.worker.gate.fenced_at is None
+    assert rig.gate.fenced_at is None
     rig.take()
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
     assert [s for s in rig.take() if s[0] == "txn-commit"] == [("txn-commit", ((0, 2), (1, 0)))]
@@ -1280,7 +1293,7 @@ def test_under_exactly_once_a_worker_whose_transaction_failed_reads_its_partitio
     trace = rig.take()
     assert rig.table.rows == {} and rig.table.writes == []
     assert trace[-3:] == [("txn-abort",), ("seek", 0, 0), ("seek", 1, 0)]
-    assert rig.worker.input.assigned.is_set() and rig.worker.gate.fenced_at is None
+    assert rig.worker.order.assigned.is_set() and rig.gate.fenced_at is None
 
     rig.transactions.fenced = None
     rig.feed(event_of(started("r1", offset=0), 0, 0), event_of(ended("r1", offset=1), 0, 1))
@@ -1294,9 +1307,9 @@ def test_a_fenced_worker_that_is_never_reassigned_leaves_with_fenced(
     rig = Rig(monkeypatch, loop, batch_size=1, processing_guarantee="exactly_once")
     rig.transactions.fenced = GenerationFenced("the group refused this worker's input offsets")
     rig.feed(event_of(started("r1", offset=0), 0, 0))
-    assert rig.worker.gate.fenced_at is not None
-    rig.worker.gate.check_rejoined()  # within REJOIN_SECONDS: it waits
-    rig.worker.gate.fenced_at -= member_gate.REJOIN_SECONDS + 1
+    assert rig.gate.fenced_at is not None
+    rig.gate.check_rejoined()  # within REJOIN_SECONDS: it waits
+    rig.gate.fenced_at -= member_gate.REJOIN_SECONDS + 1
     with pytest.raises(Exited) as exited:
-        rig.worker.gate.check_rejoined()
+        rig.gate.check_rejoined()
     assert exited.value.code == ExitCode.FENCED

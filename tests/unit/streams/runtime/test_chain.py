@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from olstream.streams.input_record import InputRecord
 from olstream.streams.runtime import chain
-from olstream.streams.runtime.chain import Taken
 from tests.support.stream_records import ended, started
 from tests.unit.streams.runtime.test_agent import Rig, commits, event_of
 
@@ -83,7 +83,7 @@ def test_a_record_passes_the_steps_in_order_and_at_most_20_runtime_functions(
     event = event_of(ended("run", offset=3), 0, 3)
     sys.setprofile(profile)
     try:
-        loop.run_until_complete(rig.worker.head.submit(Taken(event, 0, 3)))
+        loop.run_until_complete(rig.worker.head.submit(InputRecord.of(event)))
     finally:
         sys.setprofile(None)
     trace = rig.take()
@@ -122,3 +122,75 @@ def test_the_drawing_shows_every_timer_and_rebalance_hook_the_worker_registers()
 
     assert drawn_names("timers (agent.register_timers") == nested_functions(agent.register_timers)
     assert drawn_names("rebalance hooks (agent.register_hooks)") == nested_functions(agent.register_hooks)
+
+
+def drawn_rebalance() -> list[str]:
+    """The functions docs/worker.md lists for a traced rebalance, in order."""
+    text = (REPO / "docs" / "worker.md").read_text()
+    block = text[text.index("<!-- rebalance: begin") : text.index("<!-- rebalance: end -->")]
+    body = block[block.index("```") + 3 : block.rindex("```")]
+    names = []
+    for part in re.sub(r"^(revoke|assign)\s+", "→ ", body, flags=re.MULTILINE).split("→"):
+        name = re.sub(r"\(.*?\)", "", part).strip()
+        if name:
+            names.append(name)
+    return names
+
+
+def test_a_traced_rebalance_passes_the_functions_the_drawing_lists(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A revocation and the next assignment, traced as a record is (exactly_once, a batch of one record
+    in flight): the hooks call the chain's life cycle only, and docs/worker.md lists the runtime
+    functions they pass. Executor calls run inline, so the restore of the run states is traced too;
+    the fakes of the Kafka clients and the store are not counted."""
+    rig = Rig(monkeypatch, loop, processing_guarantee="exactly_once")
+    rig.feed(event_of(started("run", offset=0), 0, 0))
+
+    async def inline(_executor: Any, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    monkeypatch.setattr(loop, "run_in_executor", inline)
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        name = frame.f_code.co_filename
+        qualname = frame.f_code.co_qualname
+        runtime = "/streams/runtime/" in name and "/tests/" not in name
+        if event == "call" and runtime and not re.search(r"<(genexpr|listcomp|dictcomp|setcomp)>", qualname):
+            calls.append(qualname.replace("<locals>.", ""))
+
+    sys.setprofile(profile)
+    try:
+        rig.rebalance(assigned=(0, 1))
+    finally:
+        sys.setprofile(None)
+    assert ("txn-commit", ((0, 1), (1, 0))) in rig.take()  # the batch was checkpointed on the way
+    assert list(dict.fromkeys(calls)) == drawn_rebalance()
+
+
+def test_the_agent_uses_few_runtime_modules_and_sets_nothing_of_another_object() -> None:
+    """agent.py is the faust glue: it imports at most 8 modules of streams/runtime/, and assigns no
+    attribute but its own (``self.x = ...`` in StreamWorker); the chain is built in worker_parts.py."""
+    import ast
+
+    tree = ast.parse((RUNTIME / "agent.py").read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "olstream.streams.runtime":
+                modules.update(alias.name for alias in node.names)
+            elif node.module.startswith("olstream.streams.runtime."):
+                modules.add(node.module.rsplit(".", 1)[1])
+    assert len(modules) <= 8, sorted(modules)
+    foreign = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute):
+                owner = target.value
+                if not (isinstance(owner, ast.Name) and owner.id == "self"):
+                    foreign.append(ast.unparse(target))
+    assert foreign == []
