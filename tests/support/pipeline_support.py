@@ -224,6 +224,20 @@ class Pipeline:
         return [line for line in complete.splitlines() if line.strip()]
 
 
+def kafka_processes_of(data_dir: Path) -> list[int]:
+    """The pids of the Kafka brokers (`kafka.Kafka`) whose command line names `data_dir`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(data_dir) in cmdline and "kafka.Kafka" in cmdline:
+                found.append(int(proc.name))
+    return found
+
+
 def dump_tasks(workers: Sequence[subprocess.Popen[bytes]]) -> None:
     """Each running worker logs where it reads its input, then its threads' stacks and asyncio tasks
     (SIGUSR1, docs/operations.md): where a stalled worker waits."""

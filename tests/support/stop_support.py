@@ -155,7 +155,7 @@ def _stick_worker(kind: str, partition: int, offset: int) -> None:
         change_state = ApplyRecord.change_state
 
         def blocking_change_state(self: ApplyRecord, item: Taken) -> bool:
-            if chosen(item.event):
+            if chosen(item.input.event):
                 _mark(f"in ApplyRecord.change_state at partition {partition} offset {offset}")
                 _block_forever()
             return change_state(self, item)

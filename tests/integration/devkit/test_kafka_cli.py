@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer
 from olstream.devkit import kafka
 from olstream.devkit.process import free_port, pid_alive
 from olstream.shared.kafka_admin import ensure_topic
+from tests.support.pipeline_support import kafka_processes_of
 
 pytestmark = pytest.mark.integration
 
@@ -103,19 +104,6 @@ def test_kafka_up_rejects_a_bad_config(
     assert not (data_dir / "broker.json").exists()
 
 
-def _processes_using(path: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if str(path) in cmdline and "kafka.Kafka" in cmdline:
-                found.append(int(proc.name))
-    return found
-
-
 def test_kafka_up_timeout_prints_the_log_tail_and_kills_the_broker(
     olstream_cmd: list[str], subprocess_env: dict[str, str], server_dir: Path
 ) -> None:
@@ -128,7 +116,7 @@ def test_kafka_up_timeout_prints_the_log_tail_and_kills_the_broker(
     assert "did not start" in result.stderr
     assert "last lines of" in result.stderr
     assert not (data_dir / "broker.json").exists()
-    assert _processes_using(data_dir) == []
+    assert kafka_processes_of(data_dir) == []
 
 
 def test_kafka_down_never_kills_an_unrelated_pid(server_dir: Path) -> None:

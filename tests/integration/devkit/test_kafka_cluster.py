@@ -34,6 +34,7 @@ from olstream.devkit import kafka_cluster
 from olstream.devkit.kafka_config import DEFAULT_KAFKA_VERSION, KafkaSettings
 from olstream.devkit.process import free_port, pid_alive
 from olstream.shared.errors import InfrastructureError
+from tests.support.pipeline_support import kafka_processes_of
 
 pytestmark = pytest.mark.integration
 
@@ -62,19 +63,6 @@ def settings_for(data_dir: Path, brokers: int = 1, security: str = "plaintext") 
         security=security,
         start_timeout=START_TIMEOUT,
     )
-
-
-def java_processes_of(data_dir: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if str(data_dir) in cmdline and "kafka.Kafka" in cmdline:
-                found.append(int(proc.name))
-    return found
 
 
 @pytest.fixture
@@ -204,7 +192,7 @@ def test_three_nodes_survive_a_kill_9_and_up_restarts_only_the_missing_node(
     down = run([*olstream_cmd, "kafka", "down", "--data-dir", str(data_dir)], subprocess_env)
     assert down.returncode == 0, down.stderr
     assert down.stdout.count("stopped Kafka") == 3
-    assert java_processes_of(data_dir) == []
+    assert kafka_processes_of(data_dir) == []
     gone = run([*olstream_cmd, "kafka", "status", "--data-dir", str(data_dir)], subprocess_env)
     assert gone.returncode == 3 and gone.stdout.count("running no") == 3
 
@@ -338,4 +326,4 @@ def test_three_sasl_ssl_nodes(data_dir: Path) -> None:
     status = kafka_cluster.cluster_status(data_dir)
     assert status.running and status.security == "sasl_ssl"
     assert len(kafka_cluster.stop_cluster(data_dir)) == 3
-    assert java_processes_of(data_dir) == []
+    assert kafka_processes_of(data_dir) == []
