@@ -179,13 +179,16 @@ def attach(sa: StreamApp) -> StreamWorker:
         worker.parts.reader.start()
         head = worker.head
         async for event in stream.events():
-            record = InputRecord.of(event)
-            if record.partition >= sa.partitions:  # the input grew since the start: leave
-                check_assignment(sa.settings.input_topic, [record.partition], sa.partitions)
+            msg = event.message
+            if msg.partition >= sa.partitions:  # the input grew since the start: leave
+                check_assignment(sa.settings.input_topic, [msg.partition], sa.partitions)
+            record = None
             try:
+                record = InputRecord.of(event)
                 await head.submit(record)
             except Exception as e:  # not caught to go on: the process ends here
-                exit_on_unexpected(record.where(), e)
+                where = f"reading the record at topic partition {msg.partition}, offset {msg.offset}"
+                exit_on_unexpected(where if record is None else record.where(), e)
 
     register_hooks(app, worker)
     register_timers(app, worker)

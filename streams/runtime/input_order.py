@@ -182,11 +182,6 @@ class InputOrder:
         self.tracker.assigned(bases, time.monotonic(), never_committed=never_committed)
         self.assigned.set()
 
-    async def assign(self, partitions: list[int], timeout: float = ASSIGN_TIMEOUT_SECONDS) -> None:
-        """Start a ledger per assigned partition where the group stands (`positions`). faust seeks the
-        partitions there too."""
-        self.take(*await self.positions(partitions, timeout))
-
     async def read_again_from_commits(self, partitions: list[int]) -> None:
         """Start the ledgers anew at the group's committed offsets and seek faust's consumer there
         (a dropped batch, with no rebalance to come)."""
@@ -327,5 +322,6 @@ class AdmitInOrder(Link):
         return await self.next.submit(Taken(item, taken))
 
     async def poll(self) -> Fenced | None:
+        fence = await self.next.poll()  # the gate's part first: the rejoin deadline, a quiet batch
         await self.order.retry_rereads()
-        return await self.next.poll()
+        return fence

@@ -8,7 +8,7 @@ assignment) and `poll`. The gate also takes a new assignment (`assign`): the wor
 started once, the group's stable committed offsets, the partitions' run states, then the ledgers.
 
 **Ownership.** A record admitted before a rebalance began is dropped here when its partition's
-ledger changed meanwhile (`InputTracker.owns`): its next owner reads it again from the commit.
+ledger changed meanwhile (`InputOrder.standing`): its next owner reads it again from the commit.
 
 **Membership** (``at_least_once`` only). A worker the group dropped (no heartbeat within the session
 timeout: an event loop stalled while a broker fails over) learns it only at its next request to the
@@ -92,7 +92,7 @@ class MemberGate(Link):
                 started = time.perf_counter()
                 fence = await self.next.submit(item)
                 if fence is not None:
-                    await self.abandon(fence)
+                    await self.drop_fenced(fence)
                 self.report.processing_seconds += time.perf_counter() - started
                 return
         await self.wait_until_revoked(partition, item.input.offset, item.identity)
@@ -121,7 +121,7 @@ class MemberGate(Link):
         async with self.lock:
             fence = await self.next.join()
             if fence is not None:
-                await self.abandon(fence)
+                await self.drop_fenced(fence)
 
     async def close(self) -> None:
         """A revocation: join (the batch is checkpointed before the partitions go, so nothing of a
@@ -129,7 +129,7 @@ class MemberGate(Link):
         async with self.lock:
             fence = await self.next.join()
             if fence is not None:
-                await self.abandon(fence)
+                await self.drop_fenced(fence)
             self.order.revoked()
             self.table.forget_assignment()
             await self.next.close()
@@ -140,7 +140,7 @@ class MemberGate(Link):
         async with self.lock:
             fence = await self.next.poll()
             if fence is not None:
-                await self.abandon(fence)
+                await self.drop_fenced(fence)
 
     # ------------------------------------------------------------------ membership
 
@@ -178,6 +178,13 @@ class MemberGate(Link):
             await asyncio.sleep(0.1)
 
     # ------------------------------------------------------------------ fencing
+
+    async def drop_fenced(self, fence: Fenced) -> None:
+        """`abandon` the batch; anything it raises ends the process (as a failed checkpoint does)."""
+        try:
+            await self.abandon(fence)
+        except Exception as e:  # not caught to go on: the process ends here
+            exit_on_unexpected("dropping a fenced batch", e)
 
     async def abandon(self, e: Fenced) -> None:
         """Fenced (exactly_once): the batch's transaction can never commit. Nothing of it was committed:

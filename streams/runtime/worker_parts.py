@@ -40,7 +40,7 @@ from olstream.streams.runtime.sender import EventSends, Sender
 from olstream.streams.runtime.standby import standby_states
 from olstream.streams.runtime.topology import changelog_topic
 from olstream.streams.runtime.transactions import WorkerTransactions
-from olstream.streams.runtime.worker_identity import claim
+from olstream.streams.runtime.worker_identity import WorkerIdentity, claim
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class WorkerParts:
     reader: DirectoryReader  # reads the records topic into the run directory, on its own thread
     report: ChainReport  # what the steps report (records batched, seconds spent)
     head: Step[InputRecord]
+    identity: WorkerIdentity | None  # exactly_once: holds the data dir's lock for the process's life
 
     def close(self) -> None:
         """Release what outlives faust's worker: the standby's thread and copies, the changelog's
@@ -77,7 +78,7 @@ def owned_input_tps(sa: StreamApp) -> set[Any]:
 
 
 def worker_transactions(
-    sa: StreamApp, input_offsets: InputOffsets, sized: dict[str, Any]
+    sa: StreamApp, input_offsets: InputOffsets, identity: WorkerIdentity, sized: dict[str, Any]
 ) -> WorkerTransactions:
     """exactly_once: the worker's transactional producer (its id kept in the data dir, which this
     process locks), sending the offsets with faust's member's own generation (KIP-447). Its
@@ -87,7 +88,6 @@ def worker_transactions(
     transaction when it died (one batch)."""
     settings = sa.settings
     check_metadata_format(settings.app_id, input_offsets.group_metadata())
-    identity = claim(settings.data_dir)
     member = GroupMember(settings.app_id, lambda: faust_private.group_member(sa.app.consumer))
     return WorkerTransactions(
         settings.connection,
@@ -113,7 +113,9 @@ def build_worker_parts(sa: StreamApp) -> WorkerParts:
         fenced_by_transactions=settings.exactly_once,
     )
     changelog = ChangelogWriter(settings.connection, changelog_topic(settings.app_id), sized)
-    transactions = worker_transactions(sa, input_offsets, sized) if settings.exactly_once else None
+    # exactly_once: the data dir is this process's (its lock held as long as the parts are)
+    identity = claim(settings.data_dir) if settings.exactly_once else None
+    transactions = None if identity is None else worker_transactions(sa, input_offsets, identity, sized)
     # under exactly_once a record's events and error records go into the worker's transaction
     outputs: EventSends = sender if transactions is None else transactions
     standby = standby_states(settings, changelog.topic, sa.partitions)
@@ -135,4 +137,6 @@ def build_worker_parts(sa: StreamApp) -> WorkerParts:
     gate = MemberGate(settings.input_topic, order, table, transactions, commit, report, JudgeMarks(apply))
     wait = ParentWait(settings.mapping, settings.max_event_bytes, directory, reader, order, gate)
     head = AdmitInOrder(order, wait)
-    return WorkerParts(sa, input_offsets, order, table, changelog, store, starts, reader, report, head)
+    return WorkerParts(
+        sa, input_offsets, order, table, changelog, store, starts, reader, report, head, identity
+    )

@@ -11,12 +11,14 @@ can check the order across them.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -27,13 +29,21 @@ from faust.types import TP
 from olstream.contract import codec, topics, wire
 from olstream.contract.records import Direction, Record
 from olstream.shared import deadletter
-from olstream.shared.errors import DeliveryError, ExitCode
+from olstream.shared.errors import ConfigError, DeliveryError, ExitCode
 from olstream.streams import input_tracker, log_marks
 from olstream.streams.framed_input import InputFraming
 from olstream.streams.log_marks import LogMark, loads_mark
 from olstream.streams.mapping import MappingConfig
 from olstream.streams.run_directory import MemoryRunStarts, RunDirectory
-from olstream.streams.runtime import agent, apply_record, exits, member_gate, metrics, worker_parts
+from olstream.streams.runtime import (
+    agent,
+    apply_record,
+    exits,
+    member_gate,
+    metrics,
+    worker_identity,
+    worker_parts,
+)
 from olstream.streams.runtime import app as worker_app
 from olstream.streams.runtime.app import StreamApp
 from olstream.streams.runtime.transaction_errors import GenerationFenced, ProducerFenced, TransactionFailed
@@ -365,6 +375,7 @@ class Rig:
         mapping: MappingConfig | None = None,
         member_confirmed: bool = True,
         processing_guarantee: str = "at_least_once",
+        data_dir: str | None = None,  # given: the worker claims it (exactly_once); else nothing is claimed
     ) -> None:
         self.loop = loop
         self.trace: Trace = []
@@ -391,6 +402,8 @@ class Rig:
         monkeypatch.setattr(parts, "RunStore", lambda *_args, **_kw: self.table)
         self.transactions = FakeTransactions(self.trace, self.table)
         monkeypatch.setattr(parts, "worker_transactions", lambda *_args: self.transactions)
+        if data_dir is None:
+            monkeypatch.setattr(parts, "claim", lambda _data_dir: SimpleNamespace(name="rig"))
         monkeypatch.setattr(agent, "os", SimpleNamespace(_exit=self._exit))
         monkeypatch.setattr(exits, "os", SimpleNamespace(_exit=self._exit))
         settings = WorkerSettings(
@@ -400,6 +413,7 @@ class Rig:
             retention_ms=RETENTION_MS,
             max_event_bytes=max_event_bytes,
             mapping=mapping or MappingConfig(),
+            **({} if data_dir is None else {"data_dir": data_dir}),
         )
         sa = StreamApp(
             settings,
@@ -1313,3 +1327,37 @@ def test_a_fenced_worker_that_is_never_reassigned_leaves_with_fenced(
     with pytest.raises(Exited) as exited:
         rig.gate.check_rejoined()
     assert exited.value.code == ExitCode.FENCED
+
+
+def test_an_exactly_once_worker_holds_its_data_dir_while_it_lives(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    """The data dir's lock is held as long as the worker's parts are: a second worker on the same data
+    dir would share its transactional id and its stores (it is refused at start, exit CONFIG)."""
+    data_dir = str(tmp_path / "data")
+    rig = Rig(monkeypatch, loop, processing_guarantee="exactly_once", data_dir=data_dir)
+    gc.collect()  # nothing but the parts may keep the lock's file open
+    with pytest.raises(ConfigError, match="in use by a running worker"):
+        worker_identity.claim(data_dir)
+    assert rig.worker.parts.identity is not None
+
+
+def test_a_fenced_batch_that_cannot_be_dropped_ends_the_process_from_a_timer_too(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The poll timer's checkpoint is fenced by the epoch, and the committed offsets to read the
+    partitions again from cannot be read: the process ends (faust would log a timer's exception and
+    go on, with the ledgers forgotten and nothing read again)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    rig = Rig(monkeypatch, loop, processing_guarantee="exactly_once")
+    rig.feed(event_of(started("r1", offset=0), 0, 0))
+    rig.transactions.fenced = ProducerFenced("transactional id 'x' is fenced")
+
+    async def refused(partitions: list[int]) -> dict[int, int]:
+        raise KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+    rig.offsets.committed = refused  # type: ignore[method-assign]
+    with pytest.raises(Exited) as exited:
+        rig.tick("poll_timer")
+    assert exited.value.code == exits.EX_FAILED
