@@ -13,7 +13,7 @@ atomic batch with the next changelog offset, once the changelog writes are durab
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from olstream.streams.log_marks import LogMark, MarkBook, Verdict, dumps_mark, loads_mark, mark_key
@@ -34,11 +34,9 @@ class StateStore(Protocol):
     ) -> None: ...
 
 
-class ChangelogSends(Protocol):
-    """Where a checkpoint sends a batch's state changes (`ChangelogWriter`, or the partition's
-    transaction under exactly_once)."""
-
-    def send(self, partition: int, key: bytes, value: bytes | None) -> None: ...
+ChangelogSend = Callable[[int, bytes, bytes | None], None]
+"""Sends one state change to a changelog partition (partition, key, value; None: a delete):
+`ChangelogWriter.send`, or under exactly_once into the worker's transaction."""
 
 
 class StateCache:
@@ -126,7 +124,7 @@ class PartitionState:
 
     # ------------------------------------------------------------------ the checkpoint
 
-    def prepare(self, changelog: ChangelogSends) -> StoreWrites:
+    def prepare(self, send: ChangelogSend) -> StoreWrites:
         """Send the changes to the changelog, run states first, then marks; the store's writes in the
         same order. A delete of a key the store does not hold writes nothing."""
         writes: StoreWrites = []
@@ -138,12 +136,12 @@ class PartitionState:
                 value = None
             else:
                 value = dumps_state(state)
-            changelog.send(self.partition, key, value)
+            send(self.partition, key, value)
             writes.append((key, value))
         for log_partition, mark in self.marks.take_partition(self.partition):
             key = mark_key(self.partition, log_partition).encode("utf-8")
             value = dumps_mark(mark)
-            changelog.send(self.partition, key, value)
+            send(self.partition, key, value)
             writes.append((key, value))
             self.marks.written(self.partition, log_partition, mark)
         for name, state in self.changes.items():

@@ -42,6 +42,7 @@ is polled with a batch older than ``batch_within`` (a quiet batch); always under
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 from faust.types import TP
 
 from olstream.shared.errors import DeliveryError
-from olstream.streams.partition_state import ChangelogSends
+from olstream.streams.partition_state import ChangelogSend
 from olstream.streams.runtime.chain import ChainReport, Taken
 from olstream.streams.runtime.changelog import ChangelogWriter
 from olstream.streams.runtime.exits import exit_on_failed_delivery, exit_on_unexpected
@@ -75,17 +76,6 @@ class Batch:
     log_offsets: dict[int, dict[int, int]] = field(default_factory=dict)
 
 
-class TransactionalChangelog:
-    """The changelog writes of a batch, into the worker's transaction (exactly_once)."""
-
-    def __init__(self, transactions: WorkerTransactions, topic: str) -> None:
-        self.transactions = transactions
-        self.topic = topic
-
-    def send(self, partition: int, key: bytes, value: bytes | None) -> None:
-        self.transactions.send_changelog(self.topic, partition, key, value)
-
-
 class Checkpoint:
     """Runs a batch's checkpoint (`run`: its numbered steps, module docstring)."""
 
@@ -108,8 +98,11 @@ class Checkpoint:
         self.order = order
         self.report = report
         self.transactions = transactions
-        self.changelog_sends: ChangelogSends = (
-            changelog if transactions is None else TransactionalChangelog(transactions, changelog.topic)
+        # the batch's state changes: to the changelog writer, or into the worker's transaction
+        self.changelog_send: ChangelogSend = (
+            changelog.send
+            if transactions is None
+            else functools.partial(transactions.send_changelog, changelog.topic)
         )
 
     async def run(self, batch: Batch) -> Fenced | None:
@@ -124,7 +117,7 @@ class Checkpoint:
                 if transactions is None and batch.size:
                     await self.sender.flush()
                 # 2. the batch's state to the changelog: each partition's run states, then its marks
-                writes = table.prepare_batch(self.changelog_sends) if batch.size else []
+                writes = table.prepare_batch(self.changelog_send) if batch.size else []
                 # 3. the changelog durable: acknowledged; under exactly_once the worker's transaction
                 #    committed with the input offsets (every owned partition's, when anything is to
                 #    commit: each transaction carries the group's generation check)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from olstream.streams.log_marks import MarkBook, is_mark_key
-from olstream.streams.partition_state import ChangelogSends, PartitionState, StateCache, StoreWrites
+from olstream.streams.partition_state import ChangelogSend, PartitionState, StateCache, StoreWrites
 from olstream.streams.retention import CommittedLogPositions, Retention
 from olstream.streams.runtime.metrics import RETAINED
 from olstream.streams.runtime.run_store import RunStore
@@ -24,7 +24,7 @@ from olstream.streams.state_store import finished_end_ms, loads_state
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchWrites", "ChangelogSends", "RunTable"]
+__all__ = ["BatchWrites", "ChangelogSend", "RunTable"]
 
 BatchWrites = list[tuple[PartitionState, StoreWrites]]  # each transaction's store writes, in order
 
@@ -64,7 +64,7 @@ class RunTable:
             tx = self.open[partition] = PartitionState(partition, self.store, self.cache, self.marks)
         return tx
 
-    def prepare_batch(self, changelog: ChangelogSends) -> BatchWrites:
+    def prepare_batch(self, send: ChangelogSend) -> BatchWrites:
         """Send each owned partition's changes to the changelog (`PartitionState.prepare`); the store's
         writes, for `store_batch` once the changelog writes are durable.
 
@@ -79,7 +79,7 @@ class RunTable:
         for partition in sorted(self.open):
             if partition in owned:
                 tx = self.open[partition]
-                writes.append((tx, tx.prepare(changelog)))
+                writes.append((tx, tx.prepare(send)))
         self.marks.take_batch()  # a partition's not owned: dropped
         self.open.clear()
         return writes
