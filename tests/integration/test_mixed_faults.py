@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,13 +90,19 @@ def _caught_up(follower: Follower, starts: set[str], ends: dict[str, str], timeo
             return float("inf")
 
 
-def _wait_for_progress(pipeline: Pipeline, more: int, timeout: float = 120.0) -> None:
-    start = len(pipeline.delivered())
+def _wait_while_running(pipeline: Pipeline, done: Callable[[], bool], what: str, timeout: float) -> None:
+    """Until `done()`, every process of the pipeline still running; an AssertionError naming `what`
+    (with the processes' logs) after `timeout` s."""
     deadline = time.monotonic() + timeout
-    while len(pipeline.delivered()) < start + more:
-        assert time.monotonic() < deadline, f"no progress in {timeout:.0f} s:\n{pipeline.logs()}"
+    while not done():
+        assert time.monotonic() < deadline, f"{what} in {timeout:.0f} s:\n{pipeline.logs()}"
         pipeline.check_running()
         time.sleep(0.5)
+
+
+def _wait_for_progress(pipeline: Pipeline, more: int, timeout: float = 120.0) -> None:
+    start = len(pipeline.delivered())
+    _wait_while_running(pipeline, lambda: len(pipeline.delivered()) >= start + more, "no progress", timeout)
 
 
 # the line each process logs once it has reached the broker and taken its work after a (re)start
@@ -116,11 +123,8 @@ def _wait_until_ready(pipeline: Pipeline, name: str, before: int, timeout: float
     """Until the restarted `name` logged its ready line again: a process still starting when the next
     fault kills the broker gives up after its --wait (exit 2, as a misconfigured bootstrap does) and
     nothing here restarts it as a supervisor would."""
-    deadline = time.monotonic() + timeout
-    while _ready_lines(pipeline, name) <= before:
-        assert time.monotonic() < deadline, f"{name} not ready {timeout:.0f} s after its restart"
-        pipeline.check_running()
-        time.sleep(0.5)
+    restarted = f"{name} not ready after its restart"
+    _wait_while_running(pipeline, lambda: _ready_lines(pipeline, name) > before, restarted, timeout)
 
 
 def test_mixed_faults_lose_nothing_and_repeat_nothing_for_a_read_committed_reader(tmp_path: Path) -> None:
